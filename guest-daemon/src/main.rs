@@ -1,0 +1,3 @@
+//! guestlinkd: the guest's root daemon.
+#![forbid(unsafe_code)]
+fn main() {}

@@ -1,0 +1,2 @@
+//! guestlink host library.
+#![forbid(unsafe_code)]

@@ -1,0 +1,3 @@
+//! guestlink: host CLI.
+#![forbid(unsafe_code)]
+fn main() {}

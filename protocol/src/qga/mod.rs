@@ -1,0 +1,1 @@
+//! QEMU guest agent protocol (QGA): stream framing, requests, schema, replies.

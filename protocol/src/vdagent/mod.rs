@@ -1,0 +1,1 @@
+//! SPICE vdagent protocol: chunks, messages, capabilities, reassembly.

@@ -1,0 +1,2 @@
+//! Shared helpers for guestlink's integration tests.
+#![forbid(unsafe_code)]
