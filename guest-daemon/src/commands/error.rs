@@ -1,0 +1,134 @@
+//! Command errors and the one place they are turned into QGA wire errors ([`CommandError::to_qga`]).
+//!
+//! The texts follow qemu-ga: `error_setg_errno()` appends `": <strerror>"`, `QERR_QGA_COMMAND_FAILED` wraps the
+//! message in "Guest agent command failed, error was '...'", and argument checks use the QAPI visitor texts.
+#![forbid(unsafe_code)]
+
+use std::io;
+
+use guestlink_protocol::qga::error::QgaError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// An error whose wire form is already final (argument checks, "invalid parameter", ...).
+    #[error("{0}")]
+    Qga(QgaError),
+    /// A plain `GenericError` text.
+    #[error("{0}")]
+    Generic(String),
+    /// A system call failed: `"<msg>: <strerror(errno)>"` like QEMU's `error_setg_errno`.
+    #[error("{msg}: {}", errno_text(*.errno))]
+    Os {
+        /// What was being done, e.g. "failed to read file".
+        msg: String,
+        /// The errno value.
+        errno: i32,
+    },
+    /// "Guest agent command failed, error was '...'".
+    #[error("Guest agent command failed, error was '{0}'")]
+    CommandFailed(String),
+    /// "this feature or command is not currently supported".
+    #[error("{}", guestlink_protocol::qga::error::UNSUPPORTED_TEXT)]
+    Unsupported,
+    /// "value 'V' is invalid for argument NAME".
+    #[error("value '{value}' is invalid for argument {name}")]
+    InvalidValue {
+        /// The rejected value as text.
+        value: String,
+        /// The argument name.
+        name: &'static str,
+    },
+    /// "Invalid parameter 'NAME'".
+    #[error("Invalid parameter '{0}'")]
+    InvalidParameter(&'static str),
+}
+
+/// The C library's text for an errno value ("No such file or directory").
+pub fn errno_text(errno: i32) -> &'static str {
+    nix::errno::Errno::from_raw(errno).desc()
+}
+
+impl CommandError {
+    /// A [`CommandError::Generic`] from any text.
+    pub fn generic(msg: impl Into<String>) -> Self {
+        CommandError::Generic(msg.into())
+    }
+
+    /// `"<msg>: <strerror>"` from an I/O error (its OS code, or its own text when it has none).
+    pub fn io(msg: impl Into<String>, err: &io::Error) -> Self {
+        match err.raw_os_error() {
+            Some(errno) => CommandError::Os {
+                msg: msg.into(),
+                errno,
+            },
+            None => CommandError::Generic(format!("{}: {err}", msg.into())),
+        }
+    }
+
+    /// `"<msg>: <strerror>"` from a nix errno.
+    pub fn errno(msg: impl Into<String>, errno: nix::errno::Errno) -> Self {
+        CommandError::Os {
+            msg: msg.into(),
+            errno: errno as i32,
+        }
+    }
+
+    /// "value 'V' is invalid for argument NAME".
+    pub fn invalid_value(value: impl std::fmt::Display, name: &'static str) -> Self {
+        CommandError::InvalidValue {
+            value: value.to_string(),
+            name,
+        }
+    }
+
+    /// The QGA error sent to the host: class and description exactly as qemu-ga would send them.
+    pub fn to_qga(&self) -> QgaError {
+        match self {
+            CommandError::Qga(e) => e.clone(),
+            other => QgaError::generic(other.to_string()),
+        }
+    }
+}
+
+impl From<QgaError> for CommandError {
+    fn from(e: QgaError) -> Self {
+        CommandError::Qga(e)
+    }
+}
+
+/// Result of a command.
+pub type CommandResult<T> = Result<T, CommandError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use guestlink_protocol::qga::error::ErrorClass;
+
+    #[test]
+    fn texts_match_qemu() {
+        let e = CommandError::io(
+            "failed to open file 'x' (mode: 'r')",
+            &io::Error::from_raw_os_error(2),
+        );
+        assert_eq!(
+            e.to_qga().desc,
+            "failed to open file 'x' (mode: 'r'): No such file or directory"
+        );
+        assert_eq!(e.to_qga().class, ErrorClass::GenericError);
+        assert_eq!(
+            CommandError::invalid_value(-1, "count").to_qga().desc,
+            "value '-1' is invalid for argument count"
+        );
+        assert_eq!(
+            CommandError::CommandFailed("boom".into()).to_qga().desc,
+            "Guest agent command failed, error was 'boom'"
+        );
+        assert_eq!(
+            CommandError::Unsupported.to_qga().desc,
+            "this feature or command is not currently supported"
+        );
+        let nf = QgaError::not_found("guest-x");
+        assert_eq!(CommandError::from(nf.clone()).to_qga(), nf);
+    }
+}
