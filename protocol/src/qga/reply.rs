@@ -1,0 +1,383 @@
+//! Replies: QEMU's exact encoder (guest side) and a bounded, 0xFF-aware line decoder (host side).
+//!
+//! The encoder follows `qobject/qjson.c` (`qobject_to_json`, not pretty): `{"return": {}, "id": 7}` with `": "`
+//! and `", "` separators, strings escaped with upper-case `\uXXXX` for control characters, DEL and everything
+//! non-ASCII (surrogate pairs above the BMP), doubles printed with `%.17g`, then `\n`.
+
+use serde_json::{Map, Number, Value};
+
+use crate::qga::error::QgaError;
+
+/// The 0xFF sentinel that precedes a `guest-sync-delimited` reply.
+pub const DELIMITER: u8 = 0xFF;
+
+/// Default cap on one reply line in [`ReplyDecoder`] (64 MiB, like qemu-ga's request limit).
+pub const DEFAULT_MAX_REPLY: usize = 64 * 1024 * 1024;
+
+/// One reply: `{"return": ...}` or `{"error": {...}}`, plus the echoed id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The request's id, echoed verbatim; `None` when the request had none (and for parse errors).
+    pub id: Option<Value>,
+    /// `Ok(return value)` or `Err(error)`.
+    pub body: Result<Value, QgaError>,
+    /// Whether the reply is (encoder) or was (decoder) preceded by a 0xFF byte.
+    pub delimited: bool,
+}
+
+impl Reply {
+    /// A success reply.
+    pub fn ok(id: Option<Value>, value: Value) -> Self {
+        Reply {
+            id,
+            body: Ok(value),
+            delimited: false,
+        }
+    }
+
+    /// An error reply.
+    pub fn err(id: Option<Value>, error: QgaError) -> Self {
+        Reply {
+            id,
+            body: Err(error),
+            delimited: false,
+        }
+    }
+}
+
+/// Appends the wire form of `reply` to `out`: optional 0xFF, the JSON object, `\n`.
+pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
+    if reply.delimited {
+        out.push(DELIMITER);
+    }
+    let mut s = String::new();
+    match &reply.body {
+        Ok(v) => {
+            s.push_str("{\"return\": ");
+            write_value(v, &mut s);
+        }
+        Err(e) => {
+            s.push_str("{\"error\": {\"class\": ");
+            write_str(e.class.as_str(), &mut s);
+            s.push_str(", \"desc\": ");
+            write_str(&e.desc, &mut s);
+            s.push('}');
+        }
+    }
+    if let Some(id) = &reply.id {
+        s.push_str(", \"id\": ");
+        write_value(id, &mut s);
+    }
+    s.push_str("}\n");
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Serializes `value` the way QEMU's `qobject_to_json()` does (compact but with `": "` and `", "`).
+pub fn to_qemu_json(value: &Value) -> String {
+    let mut s = String::new();
+    write_value(value, &mut s);
+    s
+}
+
+fn write_value(v: &Value, s: &mut String) {
+    match v {
+        Value::Null => s.push_str("null"),
+        Value::Bool(b) => s.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(n, s),
+        Value::String(x) => write_str(x, s),
+        Value::Array(a) => {
+            s.push('[');
+            for (i, item) in a.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                write_value(item, s);
+            }
+            s.push(']');
+        }
+        Value::Object(m) => write_object(m, s),
+    }
+}
+
+fn write_object(m: &Map<String, Value>, s: &mut String) {
+    s.push('{');
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        write_str(k, s);
+        s.push_str(": ");
+        write_value(v, s);
+    }
+    s.push('}');
+}
+
+fn write_number(n: &Number, s: &mut String) {
+    if let Some(i) = n.as_i64() {
+        s.push_str(&i.to_string());
+    } else if let Some(u) = n.as_u64() {
+        s.push_str(&u.to_string());
+    } else if let Some(f) = n.as_f64() {
+        s.push_str(&format_g17(f));
+    }
+}
+
+/// C's `printf("%.17g", f)` (what QEMU's `qnum_to_string()` uses for doubles).
+pub fn format_g17(f: f64) -> String {
+    if f.is_nan() {
+        return if f.is_sign_negative() { "-nan" } else { "nan" }.to_owned();
+    }
+    if f.is_infinite() {
+        return if f < 0.0 { "-inf" } else { "inf" }.to_owned();
+    }
+    const P: i32 = 17;
+    // 17 significant digits in scientific form; Rust rounds exactly like glibc (correctly rounded).
+    let sci = format!("{:.*e}", (P - 1) as usize, f);
+    let (mant, exp) = match sci.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
+        None => (sci.as_str(), 0),
+    };
+    if exp < -4 || exp >= P {
+        let mant = trim_fraction(mant);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", exp.abs())
+    } else {
+        let decimals = (P - 1 - exp).max(0) as usize;
+        let fixed = format!("{:.*}", decimals, f);
+        trim_fraction(&fixed).to_owned()
+    }
+}
+
+fn trim_fraction(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+fn write_str(x: &str, s: &mut String) {
+    s.push('"');
+    for c in x.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\u{8}' => s.push_str("\\b"),
+            '\u{c}' => s.push_str("\\f"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 || (0x7F..=0xFFFF).contains(&(c as u32)) => {
+                s.push_str(&format!("\\u{:04X}", c as u32));
+            }
+            c if (c as u32) > 0xFFFF => {
+                let v = c as u32 - 0x10000;
+                s.push_str(&format!(
+                    "\\u{:04X}\\u{:04X}",
+                    0xD800 + (v >> 10),
+                    0xDC00 + (v & 0x3FF)
+                ));
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+}
+
+/// What the host-side [`ReplyDecoder`] found in the agent's output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyEvent {
+    /// A well-formed reply line.
+    Reply(Reply),
+    /// A line that is not a reply (not JSON, or JSON without `return`/`error`); `line` is a lossy, shortened copy.
+    Garbage {
+        /// The start of the offending line (at most 256 bytes, lossily decoded).
+        line: String,
+        /// Why it was rejected.
+        error: String,
+    },
+    /// A line longer than the decoder's limit; its bytes were discarded up to the next `\n` or 0xFF.
+    TooLarge {
+        /// The limit that was exceeded.
+        limit: usize,
+    },
+}
+
+/// Host-side decoder of the agent's reply stream: newline-framed JSON replies, 0xFF-aware, bounded.
+///
+/// A 0xFF byte always drops the partial line before it (it marks the start of a `guest-sync-delimited` reply);
+/// after [`ReplyDecoder::expect_delimiter`] everything up to the next 0xFF is discarded.
+#[derive(Debug, Clone)]
+pub struct ReplyDecoder {
+    buf: Vec<u8>,
+    max_reply: usize,
+    waiting_for_delimiter: bool,
+    skipping_oversized: bool,
+    next_delimited: bool,
+}
+
+impl Default for ReplyDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ReplyDecoder {
+    /// A decoder with the default 64 MiB line limit.
+    pub fn new() -> Self {
+        Self::with_max_reply(DEFAULT_MAX_REPLY)
+    }
+
+    /// A decoder that refuses reply lines longer than `max_reply` bytes.
+    pub fn with_max_reply(max_reply: usize) -> Self {
+        ReplyDecoder {
+            buf: Vec::new(),
+            max_reply: max_reply.max(1),
+            waiting_for_delimiter: false,
+            skipping_oversized: false,
+            next_delimited: false,
+        }
+    }
+
+    /// Discards all input (and any buffered partial line) until the next 0xFF byte.
+    pub fn expect_delimiter(&mut self) {
+        self.waiting_for_delimiter = true;
+        self.buf.clear();
+        self.skipping_oversized = false;
+        self.next_delimited = false;
+    }
+
+    /// Whether the decoder is still discarding input while waiting for a 0xFF.
+    pub fn is_waiting_for_delimiter(&self) -> bool {
+        self.waiting_for_delimiter
+    }
+
+    /// Bytes of the current partial line held in memory.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Feeds bytes read from the agent and returns the complete events they finish.
+    pub fn feed(&mut self, mut input: &[u8]) -> Vec<ReplyEvent> {
+        let mut events = Vec::new();
+        while !input.is_empty() {
+            if self.waiting_for_delimiter {
+                match input.iter().position(|&b| b == DELIMITER) {
+                    Some(p) => {
+                        self.waiting_for_delimiter = false;
+                        self.next_delimited = true;
+                        input = &input[p + 1..];
+                    }
+                    None => return events,
+                }
+                continue;
+            }
+            let stop = input.iter().position(|&b| b == b'\n' || b == DELIMITER);
+            let (chunk, terminator) = match stop {
+                Some(p) => (&input[..p], Some(input[p])),
+                None => (input, None),
+            };
+            if !self.skipping_oversized {
+                if self.buf.len() + chunk.len() > self.max_reply {
+                    self.buf = Vec::new();
+                    self.skipping_oversized = true;
+                    events.push(ReplyEvent::TooLarge {
+                        limit: self.max_reply,
+                    });
+                } else {
+                    self.buf.extend_from_slice(chunk);
+                }
+            }
+            match terminator {
+                None => return events,
+                Some(DELIMITER) => {
+                    // A sentinel: whatever came before it on this line is stale.
+                    self.buf.clear();
+                    self.skipping_oversized = false;
+                    self.next_delimited = true;
+                }
+                Some(_) => {
+                    if !self.skipping_oversized {
+                        let line = std::mem::take(&mut self.buf);
+                        if let Some(ev) = self.decode_line(&line) {
+                            events.push(ev);
+                        }
+                    }
+                    self.skipping_oversized = false;
+                }
+            }
+            input = &input[chunk.len() + 1..];
+        }
+        events
+    }
+
+    fn decode_line(&mut self, line: &[u8]) -> Option<ReplyEvent> {
+        let trimmed = trim_ascii(line);
+        if trimmed.is_empty() {
+            return None;
+        }
+        let delimited = std::mem::take(&mut self.next_delimited);
+        let garbage = |error: String| ReplyEvent::Garbage {
+            line: String::from_utf8_lossy(&trimmed[..trimmed.len().min(256)]).into_owned(),
+            error,
+        };
+        let value: Value = match serde_json::from_slice(trimmed) {
+            Ok(v) => v,
+            Err(e) => return Some(garbage(e.to_string())),
+        };
+        match parse_reply_value(value) {
+            Ok(mut reply) => {
+                reply.delimited = delimited;
+                Some(ReplyEvent::Reply(reply))
+            }
+            Err(e) => Some(garbage(e)),
+        }
+    }
+}
+
+fn trim_ascii(mut s: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = s {
+        if first.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = s {
+        if last.is_ascii_whitespace() {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    s
+}
+
+/// Interprets one decoded JSON value as a reply (`return` or `error`, optional `id`).
+pub fn parse_reply_value(value: Value) -> Result<Reply, String> {
+    let Value::Object(mut m) = value else {
+        return Err("reply is not a JSON object".to_owned());
+    };
+    let id = m.remove("id");
+    if let Some(ret) = m.remove("return") {
+        return Ok(Reply {
+            id,
+            body: Ok(ret),
+            delimited: false,
+        });
+    }
+    if let Some(err) = m.remove("error") {
+        return match serde_json::from_value::<QgaError>(err) {
+            Ok(e) => Ok(Reply {
+                id,
+                body: Err(e),
+                delimited: false,
+            }),
+            Err(e) => Err(format!("malformed error object: {e}")),
+        };
+    }
+    Err("reply has neither 'return' nor 'error'".to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1 @@
+//! Unit tests of the reply encoder and decoder.
