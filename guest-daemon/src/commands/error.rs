@@ -18,7 +18,7 @@ pub enum CommandError {
     #[error("{0}")]
     Generic(String),
     /// A system call failed: `"<msg>: <strerror(errno)>"` like QEMU's `error_setg_errno`.
-    #[error("{msg}: {}", errno_text(*.errno))]
+    #[error("{msg}: {text}", text = errno_text(*.errno))]
     Os {
         /// What was being done, e.g. "failed to read file".
         msg: String,
@@ -44,9 +44,13 @@ pub enum CommandError {
     InvalidParameter(&'static str),
 }
 
-/// The C library's text for an errno value ("No such file or directory").
-pub fn errno_text(errno: i32) -> &'static str {
-    nix::errno::Errno::from_raw(errno).desc()
+/// The C library's text for an errno value (strerror: "No such file or directory").
+pub fn errno_text(errno: i32) -> String {
+    let text = io::Error::from_raw_os_error(errno).to_string();
+    match text.rfind(" (os error ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
 }
 
 impl CommandError {

@@ -37,7 +37,7 @@ pub async fn run_command(
             // qemu-ga forks and the child reports "failed to exec 'X': strerror" through the output pipe, then
             // exits 1.
             let reason = match e.raw_os_error() {
-                Some(errno) => super::error::errno_text(errno).to_owned(),
+                Some(errno) => super::error::errno_text(errno),
                 None => e.to_string(),
             };
             return Err(CommandError::generic(format!(
