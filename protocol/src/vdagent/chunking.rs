@@ -1,0 +1,89 @@
+//! Encoding messages into chunked stream bytes.
+//!
+//! Towards the guest every chunk body is ≤ 2048 bytes (`VD_AGENT_MAX_DATA_SIZE`, what spice-server delivers);
+//! from the guest spice-vdagentd sends each message as one chunk of any size. Both are offered as [`ChunkMode`].
+
+use super::error::VdagentError;
+use super::header::{
+    ChunkHeader, MessageHeader, Port, CHUNK_HEADER_SIZE, MAX_CHUNK_DATA_SIZE, MESSAGE_HEADER_SIZE,
+};
+use super::message::{Message, WireFormat};
+use super::wire::len_u32;
+
+/// How a message is cut into chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkMode {
+    /// Chunk bodies of at most `VD_AGENT_MAX_DATA_SIZE` (2048) bytes: host → guest.
+    Split,
+    /// The whole message in one chunk: guest → host, like spice-vdagentd.
+    Single,
+}
+
+/// Encodes `message` for `port`; returns the stream bytes (all chunks, headers included).
+pub fn encode_message(
+    port: Port,
+    message: &Message,
+    wire: WireFormat,
+    mode: ChunkMode,
+) -> Result<Vec<u8>, VdagentError> {
+    let payload = message.encode_payload(wire)?;
+    encode_raw_message(port, message.message_type().as_u32(), &payload, mode)
+}
+
+/// Encodes a message of raw type `msg_type` with an arbitrary payload (protocol 1, opaque 0), e.g. to send
+/// deliberately malformed messages from a debug tool.
+pub fn encode_raw_message(
+    port: Port,
+    msg_type: u32,
+    payload: &[u8],
+    mode: ChunkMode,
+) -> Result<Vec<u8>, VdagentError> {
+    let header = MessageHeader::new(
+        msg_type,
+        len_u32(payload.len(), "payload larger than 4 GiB")?,
+    );
+    frame_message_bytes(port, &header.encode(), payload, mode)
+}
+
+/// Wraps message bytes (`header` then `payload`) in chunk headers.
+pub fn frame_message_bytes(
+    port: Port,
+    header: &[u8; MESSAGE_HEADER_SIZE],
+    payload: &[u8],
+    mode: ChunkMode,
+) -> Result<Vec<u8>, VdagentError> {
+    let total = MESSAGE_HEADER_SIZE + payload.len();
+    let max = match mode {
+        ChunkMode::Split => MAX_CHUNK_DATA_SIZE,
+        ChunkMode::Single => {
+            len_u32(total, "message larger than 4 GiB")?;
+            total
+        }
+    };
+    let chunks = total.div_ceil(max.max(1));
+    let mut out = Vec::with_capacity(total + chunks * CHUNK_HEADER_SIZE);
+    let mut offset = 0;
+    while offset < total {
+        let n = (total - offset).min(max);
+        // n ≤ total, which was checked to fit in u32 (Single) or is ≤ 2048 (Split).
+        out.extend_from_slice(
+            &ChunkHeader {
+                port: port.as_u32(),
+                size: n as u32,
+            }
+            .encode(),
+        );
+        let end = offset + n;
+        if offset < MESSAGE_HEADER_SIZE {
+            out.extend_from_slice(&header[offset..end.min(MESSAGE_HEADER_SIZE)]);
+        }
+        if end > MESSAGE_HEADER_SIZE {
+            out.extend_from_slice(
+                &payload[offset.max(MESSAGE_HEADER_SIZE) - MESSAGE_HEADER_SIZE
+                    ..end - MESSAGE_HEADER_SIZE],
+            );
+        }
+        offset = end;
+    }
+    Ok(out)
+}
