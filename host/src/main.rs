@@ -1,3 +1,78 @@
-//! guestlink: host CLI.
+//! guestlink: host CLI for QEMU guest agents (guestlinkd or qemu-ga).
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod cli;
+mod commands;
+mod render;
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+
+use cli::{Cli, Cmd};
+use guestlink_host::Error;
+
+/// Exit status: generic failure (agent error, I/O, checksum mismatch).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit status: no agent reachable (socket missing, refused, nothing answered the sync).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+/// Exit status: an agent command timed out.
+pub const EXIT_TIMEOUT: u8 = 75;
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("GUESTLINK_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("guestlink={level},guestlink_host={level}"))
+        });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// The exit status for an error, by its root kind.
+fn exit_for(err: &anyhow::Error) -> u8 {
+    match err.chain().find_map(|e| e.downcast_ref::<Error>()) {
+        Some(Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. }) => EXIT_UNAVAILABLE,
+        Some(Error::Timeout { .. }) => EXIT_TIMEOUT,
+        _ => EXIT_FAILURE,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let mut stdout = std::io::stdout().lock();
+    let result = match &cli.command {
+        Cmd::Man => clap_mangen::Man::new(Cli::command())
+            .render(&mut stdout)
+            .map(|()| 0)
+            .map_err(anyhow::Error::from),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "guestlink", &mut stdout);
+            Ok(0)
+        }
+        _ => commands::run(&cli, &mut stdout),
+    };
+    let _ = stdout.flush();
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(EXIT_FAILURE)),
+        Err(err) => {
+            let msg = format!("{err:#}");
+            if cli.json {
+                let doc =
+                    serde_json::json!({"error": {"message": msg, "exit_code": exit_for(&err)}});
+                let _ = writeln!(stdout, "{doc}");
+            }
+            eprintln!("guestlink: error: {msg}");
+            ExitCode::from(exit_for(&err))
+        }
+    }
+}

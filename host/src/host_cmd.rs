@@ -1,0 +1,242 @@
+//! The real [`CmdRunner`]: runs the host command in its own process group, forwards SIGINT/SIGTERM/SIGHUP to
+//! it, and kills it on timeout. Signals are caught from the moment the runner is armed (before the freeze), so
+//! a Ctrl-C at any point still leads to a thaw.
+
+use std::io::ErrorKind;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tracing::{debug, warn};
+
+use crate::quiesce::{CmdOutcome, CmdRunner, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND};
+
+/// After forwarding a signal, how long the command may take to exit before it gets SIGKILL.
+const GRACE: Duration = Duration::from_secs(30);
+/// After the timeout's SIGTERM, how long before SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// Catches termination signals and runs commands.
+#[derive(Debug)]
+pub struct HostRunner {
+    signals: Receiver<i32>,
+}
+
+impl HostRunner {
+    /// Install the signal listeners (SIGINT, SIGTERM, SIGHUP); from now on they no longer kill guestlink.
+    pub fn arm() -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<()>>();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let setup = (|| {
+                        Ok::<_, std::io::Error>((
+                            signal(SignalKind::interrupt())?,
+                            signal(SignalKind::terminate())?,
+                            signal(SignalKind::hangup())?,
+                        ))
+                    })();
+                    let (mut int, mut term, mut hup) = match setup {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    loop {
+                        let sig = tokio::select! {
+                            _ = int.recv() => Signal::SIGINT,
+                            _ = term.recv() => Signal::SIGTERM,
+                            _ = hup.recv() => Signal::SIGHUP,
+                        };
+                        if tx.send(sig as i32).is_err() {
+                            return;
+                        }
+                    }
+                });
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("signal thread exited"))??;
+        Ok(Self { signals: rx })
+    }
+}
+
+fn signal_group(pid: u32, sig: Signal) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    if let Err(e) = killpg(Pid::from_raw(pid), sig) {
+        debug!(error = %e, ?sig, "killpg failed (command already gone?)");
+    }
+}
+
+fn outcome_of(status: std::process::ExitStatus) -> CmdOutcome {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => CmdOutcome::Exited { code },
+        (None, Some(signal)) => CmdOutcome::Signaled { signal },
+        (None, None) => CmdOutcome::Exited { code: 1 },
+    }
+}
+
+/// One step of waiting for the command.
+enum Wait {
+    Done(CmdOutcome),
+    Signal(i32),
+    Deadline,
+}
+
+impl HostRunner {
+    /// Wait for the child until it exits, a signal arrives, or `deadline` passes.
+    fn wait_step(&self, child: &mut Child, deadline: Instant) -> Wait {
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) => return Wait::Done(outcome_of(st)),
+                Ok(None) => {}
+                Err(e) => {
+                    warn!(error = %e, "waiting for the command failed");
+                    return Wait::Done(CmdOutcome::Exited { code: 1 });
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Wait::Deadline;
+            }
+            match self
+                .signals
+                .recv_timeout((deadline - now).min(Duration::from_millis(20)))
+            {
+                Ok(sig) => return Wait::Signal(sig),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+    }
+
+    /// SIGKILL the group and reap.
+    fn kill(child: &mut Child) {
+        signal_group(child.id(), Signal::SIGKILL);
+        let _ = child.wait();
+    }
+}
+
+impl CmdRunner for HostRunner {
+    fn pending_signal(&mut self) -> Option<i32> {
+        self.signals.try_recv().ok()
+    }
+
+    fn run(&mut self, cmd: &[String], timeout: Duration) -> CmdOutcome {
+        let Some((prog, args)) = cmd.split_first() else {
+            return CmdOutcome::SpawnFailed {
+                error: "empty command".into(),
+                code: EXIT_CANNOT_EXECUTE,
+            };
+        };
+        // Own process group: Ctrl-C reaches only guestlink, which forwards it (no double delivery).
+        let mut child = match Command::new(prog).args(args).process_group(0).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let code = if e.kind() == ErrorKind::NotFound {
+                    EXIT_NOT_FOUND
+                } else {
+                    EXIT_CANNOT_EXECUTE
+                };
+                return CmdOutcome::SpawnFailed {
+                    error: format!("{prog}: {e}"),
+                    code,
+                };
+            }
+        };
+        let mut deadline = Instant::now() + timeout;
+        let mut received: Option<i32> = None;
+        loop {
+            match self.wait_step(&mut child, deadline) {
+                Wait::Done(outcome) => {
+                    return match received {
+                        Some(signal) => CmdOutcome::Interrupted { signal },
+                        None => outcome,
+                    }
+                }
+                Wait::Signal(sig) => match received {
+                    Some(_) => Self::kill(&mut child),
+                    None => {
+                        warn!(
+                            signal = sig,
+                            "forwarding signal to the command, will thaw when it ends"
+                        );
+                        signal_group(child.id(), Signal::try_from(sig).unwrap_or(Signal::SIGTERM));
+                        received = Some(sig);
+                        deadline = Instant::now() + GRACE;
+                    }
+                },
+                Wait::Deadline => {
+                    if let Some(signal) = received {
+                        warn!("command ignored the forwarded signal, killing it");
+                        Self::kill(&mut child);
+                        return CmdOutcome::Interrupted { signal };
+                    }
+                    warn!("command timed out, killing it");
+                    signal_group(child.id(), Signal::SIGTERM);
+                    let until = Instant::now() + KILL_AFTER;
+                    loop {
+                        match self.wait_step(&mut child, until) {
+                            Wait::Done(_) => break,
+                            Wait::Signal(_) | Wait::Deadline => {
+                                Self::kill(&mut child);
+                                break;
+                            }
+                        }
+                    }
+                    return CmdOutcome::TimedOut;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_commands_and_enforces_timeout() {
+        let mut r = HostRunner::arm().expect("arm");
+        let sh = |s: &str| vec!["sh".to_owned(), "-c".to_owned(), s.to_owned()];
+        assert_eq!(
+            r.run(&sh("exit 3"), Duration::from_secs(60)),
+            CmdOutcome::Exited { code: 3 }
+        );
+        assert_eq!(
+            r.run(&sh("kill -9 $$"), Duration::from_secs(60)),
+            CmdOutcome::Signaled { signal: 9 }
+        );
+        let t = Instant::now();
+        assert_eq!(
+            r.run(&sh("sleep 30"), Duration::from_millis(300)),
+            CmdOutcome::TimedOut
+        );
+        assert!(t.elapsed() < Duration::from_secs(20));
+        assert!(matches!(
+            r.run(
+                &["/nonexistent/guestlink-test".to_owned()],
+                Duration::from_secs(5)
+            ),
+            CmdOutcome::SpawnFailed { code: 127, .. }
+        ));
+        assert_eq!(r.pending_signal(), None);
+    }
+}

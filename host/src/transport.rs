@@ -1,0 +1,358 @@
+//! Transports that carry one request and bring back its reply: a direct stream (unix socket or character
+//! device, with the 0xFF + guest-sync-delimited handshake) and `virsh qemu-agent-command` for libvirt domains.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde_json::{json, Map, Value};
+use tracing::{debug, trace, warn};
+
+use crate::error::{Error, Result};
+use crate::framing::{Frame, LineDecoder, MAX_REPLY_BYTES};
+
+/// Carries requests to the agent.
+pub trait Transport: std::fmt::Debug {
+    /// Send one request object and return the agent's reply object (`{"return": …}` or `{"error": …}`).
+    fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value>;
+    /// Close a per-batch connection; the next exchange reconnects (and re-syncs).
+    fn release(&mut self) {}
+    /// Connect and sync now instead of on the first exchange.
+    fn connect(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The open channel.
+#[derive(Debug)]
+enum Conn {
+    Unix(UnixStream),
+    Device(File),
+}
+
+impl Conn {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Conn::Unix(s) => s.as_fd(),
+            Conn::Device(f) => f.as_fd(),
+        }
+    }
+
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.write_all(data),
+            Conn::Device(f) => f.write_all(data),
+        }
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Device(f) => f.read(buf),
+        }
+    }
+}
+
+/// A direct byte stream to the agent: unix socket (QEMU chardev, Proxmox) or character device.
+#[derive(Debug)]
+pub struct StreamTransport {
+    path: PathBuf,
+    sync_timeout: Duration,
+    conn: Option<Conn>,
+    decoder: LineDecoder,
+    next_id: u64,
+}
+
+impl StreamTransport {
+    /// A transport for `path`; nothing is opened until [`Transport::connect`] or the first exchange.
+    pub fn new(path: PathBuf, sync_timeout: Duration) -> Self {
+        Self {
+            path,
+            sync_timeout,
+            conn: None,
+            decoder: LineDecoder::new(),
+            next_id: u64::from(rand::random::<u32>()),
+        }
+    }
+
+    fn no_agent(&self, source: Option<std::io::Error>) -> Error {
+        Error::NoAgent {
+            target: self.path.display().to_string(),
+            timeout: self.sync_timeout,
+            source,
+        }
+    }
+
+    /// Open the path, retrying a refused connection until `deadline` (QEMU may be restarting).
+    fn open(&self, deadline: Instant) -> Result<Conn> {
+        let meta = match std::fs::metadata(&self.path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::NoSuchPath(self.path.clone()))
+            }
+            Err(source) => {
+                return Err(Error::Open {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        if !meta.file_type().is_socket() {
+            return OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path)
+                .map(Conn::Device)
+                .map_err(|source| Error::Open {
+                    path: self.path.clone(),
+                    source,
+                });
+        }
+        loop {
+            match UnixStream::connect(&self.path) {
+                Ok(s) => return Ok(Conn::Unix(s)),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionRefused | ErrorKind::WouldBlock
+                    ) && Instant::now() < deadline =>
+                {
+                    debug!(path = %self.path.display(), error = %e, "connect refused, retrying");
+                    std::thread::sleep(Duration::from_millis(200).min(deadline - Instant::now()));
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionRefused | ErrorKind::WouldBlock
+                    ) =>
+                {
+                    return Err(self.no_agent(Some(e)));
+                }
+                Err(source) => {
+                    return Err(Error::Open {
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Read until the decoder yields a frame or `deadline` passes (`Ok(None)`).
+    fn read_frame(&mut self, deadline: Instant) -> Result<Option<Frame>> {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            if let Some(frame) = self.decoder.next_frame() {
+                return Ok(Some(frame));
+            }
+            if self.decoder.pending() > MAX_REPLY_BYTES {
+                return Err(Error::ReplyTooLarge(MAX_REPLY_BYTES));
+            }
+            let conn = self.conn.as_mut().ok_or(Error::Closed)?;
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wait = PollTimeout::try_from(deadline - now).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(conn.fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, wait) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::Io(e.into())),
+            }
+            match conn.read(&mut buf) {
+                Ok(0) => {
+                    self.conn = None;
+                    return Err(Error::Closed);
+                }
+                Ok(n) => {
+                    trace!(bytes = n, "read from agent");
+                    self.decoder.feed(&buf[..n]);
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
+                Err(e) => {
+                    self.conn = None;
+                    return Err(Error::Io(e));
+                }
+            }
+        }
+    }
+
+    /// Send 0xFF + guest-sync-delimited with a random id and discard everything up to its reply.
+    fn sync(&mut self, deadline: Instant) -> Result<()> {
+        let id = i64::from(rand::random::<u32>() >> 1) + 1;
+        let mut msg = vec![0xFFu8];
+        msg.extend_from_slice(
+            json!({"execute": "guest-sync-delimited", "arguments": {"id": id}})
+                .to_string()
+                .as_bytes(),
+        );
+        msg.push(b'\n');
+        self.decoder = LineDecoder::new();
+        self.decoder.expect_delimiter();
+        let conn = self.conn.as_mut().ok_or(Error::Closed)?;
+        conn.write_all(&msg).map_err(Error::Io)?;
+        debug!(id, "sent guest-sync-delimited");
+        loop {
+            match self.read_frame(deadline) {
+                Ok(Some(Frame::Delimiter)) => {}
+                Ok(Some(Frame::Line(line))) => {
+                    let value: Option<Value> = serde_json::from_slice(&line).ok();
+                    if value
+                        .as_ref()
+                        .and_then(|v| v.get("return"))
+                        .and_then(Value::as_i64)
+                        == Some(id)
+                    {
+                        debug!(id, "agent in sync");
+                        return Ok(());
+                    }
+                    debug!(line = %String::from_utf8_lossy(&line), "skipping stale reply while syncing");
+                    self.decoder.expect_delimiter();
+                }
+                Ok(None) => return Err(self.no_agent(None)),
+                Err(Error::Closed) => return Err(self.no_agent(None)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn ensure_connected(&mut self) -> Result<()> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.sync_timeout;
+        self.conn = Some(self.open(deadline)?);
+        let res = self.sync(deadline);
+        if res.is_err() {
+            self.conn = None;
+        }
+        res
+    }
+}
+
+impl Transport for StreamTransport {
+    fn exchange(&mut self, mut request: Map<String, Value>, timeout: Duration) -> Result<Value> {
+        self.ensure_connected()?;
+        let command = request
+            .get("execute")
+            .and_then(Value::as_str)
+            .unwrap_or("request")
+            .to_owned();
+        let id = match request.get("id") {
+            Some(id) => id.clone(),
+            None => {
+                self.next_id += 1;
+                let id = json!(self.next_id);
+                request.insert("id".into(), id.clone());
+                id
+            }
+        };
+        let mut bytes =
+            serde_json::to_vec(&request).map_err(|e| Error::BadRequest(e.to_string()))?;
+        bytes.push(b'\n');
+        let conn = self.conn.as_mut().ok_or(Error::Closed)?;
+        if let Err(e) = conn.write_all(&bytes) {
+            self.conn = None;
+            return Err(Error::Io(e));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.read_frame(deadline)? {
+                Some(Frame::Line(line)) => {
+                    let Ok(Value::Object(reply)) = serde_json::from_slice::<Value>(&line) else {
+                        warn!(line = %String::from_utf8_lossy(&line), "ignoring non-JSON line from agent");
+                        continue;
+                    };
+                    if reply.get("id") == Some(&id) {
+                        return Ok(Value::Object(reply));
+                    }
+                    let reply = Value::Object(reply);
+                    debug!(%reply, "ignoring reply with another id");
+                }
+                Some(Frame::Delimiter) => {}
+                None => {
+                    // Out of sync now: a late reply may still arrive. Re-sync on the next exchange.
+                    self.conn = None;
+                    return Err(Error::Timeout { command, timeout });
+                }
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        self.conn = None;
+    }
+
+    fn connect(&mut self) -> Result<()> {
+        self.ensure_connected()
+    }
+}
+
+/// A libvirt domain reached through `virsh qemu-agent-command` (libvirt does its own guest-sync).
+#[derive(Debug)]
+pub struct VirshTransport {
+    domain: String,
+    uri: Option<String>,
+    program: PathBuf,
+}
+
+impl VirshTransport {
+    /// A transport for `domain`; `GUESTLINK_VIRSH` overrides the virsh program (used by tests).
+    pub fn new(domain: String, uri: Option<String>) -> Self {
+        let program = std::env::var_os("GUESTLINK_VIRSH")
+            .map_or_else(|| PathBuf::from("virsh"), PathBuf::from);
+        Self {
+            domain,
+            uri,
+            program,
+        }
+    }
+}
+
+impl Transport for VirshTransport {
+    fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value> {
+        let command = request
+            .get("execute")
+            .and_then(Value::as_str)
+            .unwrap_or("request")
+            .to_owned();
+        let json = Value::Object(request).to_string();
+        let secs = timeout.as_secs().max(1);
+        let mut cmd = Command::new(&self.program);
+        if let Some(uri) = &self.uri {
+            cmd.arg("-c").arg(uri);
+        }
+        cmd.args([
+            "qemu-agent-command",
+            "--domain",
+            &self.domain,
+            "--timeout",
+            &secs.to_string(),
+            "--cmd",
+            &json,
+        ]);
+        debug!(?cmd, "running virsh");
+        let out = cmd.output().map_err(Error::VirshSpawn)?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let text = stderr
+                .trim()
+                .trim_start_matches("error: ")
+                .replace("\nerror: ", ": ");
+            return Err(Error::Virsh(text));
+        }
+        let reply: Value = serde_json::from_slice(&out.stdout).map_err(|e| Error::BadReply {
+            command,
+            detail: format!("virsh printed non-JSON output: {e}"),
+        })?;
+        Ok(reply)
+    }
+}
