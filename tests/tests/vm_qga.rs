@@ -1,0 +1,350 @@
+//! End-to-end tests of the guest agent over a real virtio-serial port in the QEMU micro-VM (TCG).
+//!
+//! Two VMs, booted once each: `vm_agent_protocol` (boot, read-only commands, reconnect/resync, guest-shutdown)
+//! and `vm_freeze_lifecycle` (real FIFREEZE of the guest's ext4 disks observed through a writer process, hooks,
+//! frozen allow-list, restarts while frozen, auto-thaw). The agent is guestlinkd from the target dir; set
+//! `GUESTLINK_VM_AGENT=qemu-ga` to run the same checks against Debian's qemu-ga (guestlinkd-only steps are
+//! skipped then). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
+#![forbid(unsafe_code)]
+
+#[path = "../vm/harness.rs"]
+mod harness;
+
+use harness::{AgentKind, Qga, Vm, REPLY_TIMEOUT};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn step(name: &str) {
+    eprintln!("[vm] {name}");
+}
+
+fn assert_disabled(q: &mut Qga, cmd: &str) {
+    let err = q
+        .call(cmd, None)
+        .expect_err(&format!("{cmd} must be refused while frozen"));
+    assert_eq!(err.0, "CommandNotFound", "{cmd} while frozen: {err:?}");
+    assert!(err.1.contains("disabled"), "{cmd} while frozen: {err:?}");
+}
+
+fn fs_entry<'a>(fsinfo: &'a Value, mountpoint: &str) -> &'a Value {
+    fsinfo
+        .as_array()
+        .expect("fsinfo is an array")
+        .iter()
+        .find(|e| e["mountpoint"] == mountpoint)
+        .unwrap_or_else(|| panic!("{mountpoint} missing in guest-get-fsinfo: {fsinfo}"))
+}
+
+#[test]
+fn vm_agent_protocol() {
+    let Some(env) = harness::gate("vm_agent_protocol") else {
+        return;
+    };
+    let mut vm = Vm::boot(&env, "");
+
+    step("the agent opens its port before any host connects, and answers the first host");
+    let open_after = vm.wait_agent_port_open();
+    eprintln!(
+        "[vm] agent port open {:.1}s after QEMU start",
+        open_after.as_secs_f64()
+    );
+    // Give the agent time to hit EOF on the not-yet-connected port a few times (it must keep retrying).
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    let mut q = vm.qga();
+    eprintln!("[vm] first sync answered in {:?}", t.elapsed());
+    assert_eq!(q.ok("guest-ping", None), json!({}));
+
+    step("read-only commands return sane data");
+    let info = q.ok("guest-info", None);
+    assert!(
+        info["version"].as_str().is_some_and(|v| !v.is_empty()),
+        "{info}"
+    );
+    let cmds: Vec<&str> = info["supported_commands"]
+        .as_array()
+        .expect("supported_commands")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for c in [
+        "guest-ping",
+        "guest-sync-delimited",
+        "guest-fsfreeze-freeze",
+        "guest-get-fsinfo",
+    ] {
+        assert!(cmds.contains(&c), "{c} not in guest-info");
+    }
+    let uname = vm.guest_ok("uname -r");
+    let os = q.ok("guest-get-osinfo", None);
+    assert_eq!(os["kernel-release"], uname.as_str(), "{os}");
+    assert_eq!(os["id"], "guestlink-vm", "{os}");
+    assert_eq!(os["machine"], "x86_64", "{os}");
+    assert_eq!(
+        q.ok("guest-get-host-name", None)["host-name"],
+        "guestlink-vm"
+    );
+    let guest_ns = q
+        .ok("guest-get-time", None)
+        .as_i64()
+        .expect("time is an integer");
+    let host_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as i64;
+    assert!(
+        (guest_ns - host_ns).abs() < 600_000_000_000,
+        "guest time {guest_ns} vs host {host_ns}"
+    );
+    let tz = q.ok("guest-get-timezone", None);
+    assert!(tz["offset"].is_i64(), "{tz}");
+    let vcpus = q.ok("guest-get-vcpus", None);
+    let vcpus = vcpus.as_array().expect("vcpus");
+    assert_eq!(vcpus.len(), 1, "{vcpus:?}");
+    assert_eq!(vcpus[0]["online"], true);
+    let ifaces = q.ok("guest-network-get-interfaces", None);
+    assert!(
+        ifaces
+            .as_array()
+            .expect("ifaces")
+            .iter()
+            .any(|i| i["name"] == "lo"),
+        "{ifaces}"
+    );
+    assert!(q.ok("guest-get-users", None).is_array());
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+
+    let fsinfo = q.ok("guest-get-fsinfo", None);
+    for (mp, dev) in [("/mnt/data", "/dev/vda"), ("/mnt/data2", "/dev/vdb")] {
+        let e = fs_entry(&fsinfo, mp);
+        assert_eq!(e["type"], "ext4", "{e}");
+        assert!(
+            e["total-bytes"].as_u64().is_some_and(|b| b > 8 << 20),
+            "{e}"
+        );
+        let disk = &e["disk"][0];
+        assert_eq!(disk["bus-type"], "virtio", "{e}");
+        assert_eq!(disk["dev"], dev, "{e}");
+        assert!(disk["pci-controller"]["slot"].as_u64().is_some(), "{e}");
+    }
+    assert!(
+        fsinfo
+            .as_array()
+            .expect("fsinfo")
+            .iter()
+            .all(|e| e["type"] != "proc"),
+        "virtual filesystems must not be listed: {fsinfo}"
+    );
+    if cmds.contains(&"guest-get-disks") {
+        let disks = q.ok("guest-get-disks", None);
+        let names: Vec<&str> = disks
+            .as_array()
+            .expect("disks")
+            .iter()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"/dev/vda") && names.contains(&"/dev/vdb"),
+            "{disks}"
+        );
+    }
+
+    step("a host that disconnects mid-request; the next host resyncs with 0xFF + guest-sync-delimited");
+    drop(q);
+    let mut half = Qga::connect(&vm.path("qga.sock"));
+    half.send_raw(br#"{"execute": "guest-get-fsinfo", "arguments": {"#);
+    drop(half);
+    let mut q = vm.qga();
+    assert_eq!(q.ok("guest-ping", None), json!({}));
+    // A complete request whose reply the host never reads: the next host must not see that stale reply.
+    q.send_raw(b"{\"execute\":\"guest-get-fsinfo\"}\n{\"execute\":\"guest-info\"}\n");
+    drop(q);
+    let mut q = vm.qga();
+    assert_eq!(
+        q.ok("guest-get-host-name", None)["host-name"],
+        "guestlink-vm"
+    );
+    assert_eq!(q.ok("guest-ping", None), json!({}));
+
+    step("guest-shutdown powers the VM off (QMP SHUTDOWN)");
+    q.send_raw(b"{\"execute\":\"guest-shutdown\"}\n");
+    let ev = vm
+        .qmp
+        .wait_for(Duration::from_secs(90), |v| v["event"] == "SHUTDOWN");
+    assert!(
+        ev.is_some(),
+        "no SHUTDOWN event; console:\n{}",
+        vm.console()
+    );
+    assert_eq!(ev.expect("checked")["data"]["guest"], true);
+    assert!(
+        vm.wait_exit(Duration::from_secs(30)),
+        "QEMU still running after SHUTDOWN"
+    );
+}
+
+#[test]
+fn vm_freeze_lifecycle() {
+    let Some(env) = harness::gate("vm_freeze_lifecycle") else {
+        return;
+    };
+    let glink = env.kind == AgentKind::Guestlinkd;
+    let mut vm = Vm::boot(&env, "");
+    vm.wait_agent_port_open();
+    let mut q = vm.qga();
+    let stall = Duration::from_millis(1500);
+    let resume = Duration::from_secs(30);
+
+    step("freeze: the guest writer stops; thaw: it resumes");
+    let p0 = vm.progress();
+    assert!(
+        vm.progress_moves(p0, resume),
+        "writer not running before the freeze"
+    );
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+    assert_eq!(
+        q.ok("guest-fsfreeze-freeze", None),
+        2,
+        "both ext4 disks frozen"
+    );
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "frozen");
+    let p1 = vm.progress();
+    std::thread::sleep(stall);
+    let p2 = vm.progress();
+    assert!(
+        p2 <= p1 + 1,
+        "writer kept writing while frozen: {p1} -> {p2}"
+    );
+    assert!(
+        vm.guest_ok("cat /run/hook.log")
+            .lines()
+            .any(|l| l == "freeze"),
+        "hook not run"
+    );
+
+    step("frozen allow-list");
+    assert_eq!(q.ok("guest-ping", None), json!({}));
+    assert!(q.ok("guest-info", None)["version"].is_string());
+    assert_disabled(&mut q, "guest-get-osinfo");
+    assert_disabled(&mut q, "guest-fsfreeze-freeze");
+    assert_disabled(&mut q, "guest-get-fsinfo");
+    assert!(
+        q.resync(REPLY_TIMEOUT),
+        "guest-sync-delimited allowed while frozen"
+    );
+
+    assert_eq!(q.ok("guest-fsfreeze-thaw", None), 2);
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+    assert!(
+        vm.progress_moves(p2, resume),
+        "writer did not resume after thaw"
+    );
+    assert!(
+        vm.guest_ok("cat /run/hook.log")
+            .lines()
+            .any(|l| l == "thaw"),
+        "thaw hook not run"
+    );
+
+    step("freeze-list of one mountpoint freezes only that one");
+    assert_eq!(
+        q.ok(
+            "guest-fsfreeze-freeze-list",
+            Some(json!({"mountpoints": ["/mnt/data"]}))
+        ),
+        1
+    );
+    let p1 = vm.progress();
+    assert_eq!(
+        vm.guest_ok("echo ok > /mnt/data2/unfrozen && cat /mnt/data2/unfrozen"),
+        "ok"
+    );
+    std::thread::sleep(stall);
+    let p2 = vm.progress();
+    assert!(p2 <= p1 + 1, "/mnt/data not frozen: {p1} -> {p2}");
+    assert_eq!(q.ok("guest-fsfreeze-thaw", None), 1);
+    assert!(vm.progress_moves(p2, resume), "writer did not resume");
+
+    step("agent killed with SIGKILL while frozen: the restarted agent knows and can thaw");
+    assert_eq!(q.ok("guest-fsfreeze-freeze", None), 2);
+    let old = vm.agent_pid();
+    vm.guest_ok(&format!("kill -9 {old}"));
+    vm.wait_new_agent(old);
+    assert!(q.resync(REPLY_TIMEOUT), "restarted agent does not answer");
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "frozen");
+    assert_disabled(&mut q, "guest-get-osinfo");
+    let p1 = vm.progress();
+    let thawed = q.ok("guest-fsfreeze-thaw", None);
+    assert!(
+        thawed.as_u64().is_some_and(|n| n >= 1),
+        "thaw after restart: {thawed}"
+    );
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+    assert!(vm.progress_moves(p1, resume), "writer did not resume");
+
+    step("a failing freeze hook aborts the freeze; nothing is frozen");
+    let fail_args = Vm::default_agent_args().replace("hooks/ok", "hooks/fail");
+    vm.restart_agent(&fail_args, "TERM");
+    assert!(q.resync(REPLY_TIMEOUT));
+    let err = q
+        .call("guest-fsfreeze-freeze", None)
+        .expect_err("freeze must fail");
+    assert!(err.1.contains("hook"), "{err:?}");
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+    let p1 = vm.progress();
+    assert!(
+        vm.progress_moves(p1, resume),
+        "writer blocked after a refused freeze"
+    );
+    assert_eq!(
+        vm.guest_ok("echo ok > /mnt/data/after-refused && cat /mnt/data/after-refused"),
+        "ok"
+    );
+
+    if !glink {
+        eprintln!("[vm] qemu-ga: skipping SIGTERM-thaws and auto-thaw (guestlinkd features)");
+        return;
+    }
+
+    step("SIGTERM while frozen thaws before exiting");
+    vm.restart_agent(Vm::default_agent_args(), "TERM");
+    assert!(q.resync(REPLY_TIMEOUT));
+    assert_eq!(q.ok("guest-fsfreeze-freeze", None), 2);
+    let p1 = vm.progress();
+    let old = vm.agent_pid();
+    vm.guest_ok(&format!("kill -TERM {old}"));
+    assert!(
+        vm.progress_moves(p1, resume),
+        "SIGTERM while frozen did not thaw"
+    );
+    vm.wait_new_agent(old);
+    assert!(q.resync(REPLY_TIMEOUT));
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+
+    step("auto-thaw after 5 s; status says thawed");
+    let args = format!("{} --auto-thaw 5", Vm::default_agent_args());
+    vm.restart_agent(&args, "TERM");
+    assert!(q.resync(REPLY_TIMEOUT));
+    assert_eq!(q.ok("guest-fsfreeze-freeze", None), 2);
+    let frozen_at = Instant::now();
+    let p1 = vm.progress();
+    assert_eq!(q.ok("guest-fsfreeze-status", None), "frozen");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if q.ok("guest-fsfreeze-status", None) == "thawed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "auto-thaw did not fire");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let after = frozen_at.elapsed();
+    assert!(
+        after >= Duration::from_secs(4),
+        "auto-thaw too early: {after:?}"
+    );
+    eprintln!("[vm] auto-thawed after {after:?}");
+    assert!(
+        vm.progress_moves(p1, resume),
+        "writer did not resume after auto-thaw"
+    );
+}
