@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod exec;
 pub mod file;
 mod run;
 pub mod system;
