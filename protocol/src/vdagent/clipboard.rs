@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
 /// A clipboard selection (`VD_AGENT_CLIPBOARD_SELECTION_*`), carried in byte 0 of the selection prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Serialized as its wire number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "u8", into = "u8")]
 pub enum Selection {
     /// 0: CLIPBOARD.
     Clipboard,
@@ -37,8 +41,9 @@ impl Selection {
     }
 }
 
-/// A clipboard data type (`VD_AGENT_CLIPBOARD_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A clipboard data type (`VD_AGENT_CLIPBOARD_*`). Serialized as its wire number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "u32", into = "u32")]
 pub enum ClipboardType {
     /// 0: no data (empty answer).
     None,
@@ -85,6 +90,30 @@ impl ClipboardType {
             Self::FileList => 6,
             Self::Other(v) => v,
         }
+    }
+}
+
+impl From<u8> for Selection {
+    fn from(value: u8) -> Self {
+        Self::from_u8(value)
+    }
+}
+
+impl From<Selection> for u8 {
+    fn from(value: Selection) -> Self {
+        value.as_u8()
+    }
+}
+
+impl From<u32> for ClipboardType {
+    fn from(value: u32) -> Self {
+        Self::from_u32(value)
+    }
+}
+
+impl From<ClipboardType> for u32 {
+    fn from(value: ClipboardType) -> Self {
+        value.as_u32()
     }
 }
 

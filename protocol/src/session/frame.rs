@@ -1,0 +1,238 @@
+//! Frame layout, [`encode`] and the incremental [`FrameDecoder`].
+//!
+//! ```text
+//! header (12 bytes, little endian)
+//!   0  u16  magic   0x4c47 ("GL" on the wire)
+//!   2  u16  version 1
+//!   4  u16  kind    SessionMessage::kind()
+//!   6  u16  flags   0 (reserved, ignored)
+//!   8  u32  length  body bytes that follow (≤ MAX_FRAME_BODY)
+//! body
+//!   0  u32  meta_len (≤ MAX_META_SIZE)
+//!   4  ...  metadata: compact JSON object of the message, {"type": "...", fields...}
+//!   4+meta_len  data part: raw bytes (clipboard data, file chunks), only for kinds that carry data
+//! ```
+
+use super::error::SessionError;
+use super::message::{SessionMessage, MAX_KIND};
+
+/// Frame magic: the bytes `G`, `L` read as a little-endian u16.
+pub const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"GL");
+/// Frame format version.
+pub const FRAME_VERSION: u16 = 1;
+/// Size of the frame header.
+pub const FRAME_HEADER_SIZE: usize = 12;
+/// Largest frame body: 64 MiB of data plus 4 KiB for the metadata.
+pub const MAX_FRAME_BODY: u32 = 64 * 1024 * 1024 + 4096;
+/// Largest metadata part.
+pub const MAX_META_SIZE: u32 = 1024 * 1024;
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Magic; must be [`FRAME_MAGIC`].
+    pub magic: u16,
+    /// Version; must be [`FRAME_VERSION`].
+    pub version: u16,
+    /// Message kind.
+    pub kind: u16,
+    /// Reserved flags.
+    pub flags: u16,
+    /// Body length.
+    pub length: u32,
+}
+
+impl FrameHeader {
+    /// Decodes the 12 header bytes.
+    pub fn decode(b: &[u8; FRAME_HEADER_SIZE]) -> Self {
+        Self {
+            magic: u16::from_le_bytes([b[0], b[1]]),
+            version: u16::from_le_bytes([b[2], b[3]]),
+            kind: u16::from_le_bytes([b[4], b[5]]),
+            flags: u16::from_le_bytes([b[6], b[7]]),
+            length: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+        }
+    }
+
+    /// Encodes the 12 header bytes.
+    pub fn encode(&self) -> [u8; FRAME_HEADER_SIZE] {
+        let mut out = [0u8; FRAME_HEADER_SIZE];
+        out[0..2].copy_from_slice(&self.magic.to_le_bytes());
+        out[2..4].copy_from_slice(&self.version.to_le_bytes());
+        out[4..6].copy_from_slice(&self.kind.to_le_bytes());
+        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        out[8..12].copy_from_slice(&self.length.to_le_bytes());
+        out
+    }
+}
+
+/// Encodes `message` as one frame.
+pub fn encode(message: &SessionMessage) -> Result<Vec<u8>, SessionError> {
+    let meta = serde_json::to_vec(message)
+        .map_err(|_| SessionError::Encode("metadata not serializable"))?;
+    if meta.len() > MAX_META_SIZE as usize {
+        return Err(SessionError::Encode("metadata larger than MAX_META_SIZE"));
+    }
+    let data = message.data();
+    let body_len = 4 + meta.len() + data.len();
+    let length = u32::try_from(body_len)
+        .ok()
+        .filter(|l| *l <= MAX_FRAME_BODY)
+        .ok_or(SessionError::Encode(
+            "frame body larger than MAX_FRAME_BODY",
+        ))?;
+    let header = FrameHeader {
+        magic: FRAME_MAGIC,
+        version: FRAME_VERSION,
+        kind: message.kind(),
+        flags: 0,
+        length,
+    };
+    let mut out = Vec::with_capacity(FRAME_HEADER_SIZE + body_len);
+    out.extend_from_slice(&header.encode());
+    // meta.len() ≤ MAX_META_SIZE, checked above.
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(data);
+    Ok(out)
+}
+
+/// Decodes one frame body of `kind`.
+pub fn decode_body(kind: u16, body: &[u8]) -> Result<SessionMessage, SessionError> {
+    if kind == 0 || kind > MAX_KIND {
+        return Err(SessionError::UnknownKind(kind));
+    }
+    let (len_bytes, rest) = body
+        .split_first_chunk::<4>()
+        .ok_or_else(|| SessionError::BadBody("body shorter than 4 bytes".into()))?;
+    let meta_len = u32::from_le_bytes(*len_bytes);
+    if meta_len > MAX_META_SIZE || meta_len as usize > rest.len() {
+        return Err(SessionError::BadBody(format!(
+            "metadata length {meta_len} out of bounds"
+        )));
+    }
+    let (meta, data) = rest.split_at(meta_len as usize);
+    let mut message: SessionMessage =
+        serde_json::from_slice(meta).map_err(|e| SessionError::BadBody(e.to_string()))?;
+    if message.kind() != kind {
+        return Err(SessionError::KindMismatch {
+            header: kind,
+            body: message.kind(),
+        });
+    }
+    if SessionMessage::kind_has_data(kind) {
+        message.set_data(data.to_vec());
+    } else if !data.is_empty() {
+        return Err(SessionError::UnexpectedData(kind));
+    }
+    Ok(message)
+}
+
+/// Incremental frame decoder with bounded buffering: it holds at most one partial frame, whose body buffer grows
+/// only as bytes arrive and never beyond [`MAX_FRAME_BODY`] (or the configured smaller cap).
+#[derive(Debug)]
+pub struct FrameDecoder {
+    max_body: u32,
+    header_buf: [u8; FRAME_HEADER_SIZE],
+    header_len: usize,
+    header: Option<FrameHeader>,
+    body: Vec<u8>,
+    poisoned: bool,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder accepting bodies up to [`MAX_FRAME_BODY`].
+    pub fn new() -> Self {
+        Self::with_max_body(MAX_FRAME_BODY)
+    }
+
+    /// A decoder accepting bodies up to `max_body` (clamped to [`MAX_FRAME_BODY`]).
+    pub fn with_max_body(max_body: u32) -> Self {
+        Self {
+            max_body: max_body.min(MAX_FRAME_BODY),
+            header_buf: [0; FRAME_HEADER_SIZE],
+            header_len: 0,
+            header: None,
+            body: Vec::new(),
+            poisoned: false,
+        }
+    }
+
+    /// Whether a fatal error stopped the decoder.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Bytes held for the partial frame.
+    pub fn buffered_bytes(&self) -> usize {
+        self.header_len + self.body.len()
+    }
+
+    /// Feeds bytes; returns one result per completed frame. Fatal errors stop the decoder (later calls return
+    /// [`SessionError::Poisoned`]); per-frame errors do not.
+    pub fn feed(&mut self, mut input: &[u8]) -> Vec<Result<SessionMessage, SessionError>> {
+        let mut out = Vec::new();
+        if self.poisoned {
+            if !input.is_empty() {
+                out.push(Err(SessionError::Poisoned));
+            }
+            return out;
+        }
+        while !input.is_empty() {
+            let header = match self.header {
+                Some(h) => h,
+                None => {
+                    let n = (FRAME_HEADER_SIZE - self.header_len).min(input.len());
+                    self.header_buf[self.header_len..self.header_len + n]
+                        .copy_from_slice(&input[..n]);
+                    self.header_len += n;
+                    input = &input[n..];
+                    if self.header_len < FRAME_HEADER_SIZE {
+                        break;
+                    }
+                    self.header_len = 0;
+                    let h = FrameHeader::decode(&self.header_buf);
+                    if let Err(e) = self.check_header(&h) {
+                        self.poisoned = true;
+                        out.push(Err(e));
+                        return out;
+                    }
+                    self.header = Some(h);
+                    h
+                }
+            };
+            let needed = header.length as usize - self.body.len();
+            let n = needed.min(input.len());
+            self.body.extend_from_slice(&input[..n]);
+            input = &input[n..];
+            if self.body.len() == header.length as usize {
+                let body = std::mem::take(&mut self.body);
+                self.header = None;
+                out.push(decode_body(header.kind, &body));
+            }
+        }
+        out
+    }
+
+    fn check_header(&self, h: &FrameHeader) -> Result<(), SessionError> {
+        if h.magic != FRAME_MAGIC {
+            return Err(SessionError::BadMagic(h.magic));
+        }
+        if h.version != FRAME_VERSION {
+            return Err(SessionError::UnsupportedVersion(h.version));
+        }
+        if h.length > self.max_body {
+            return Err(SessionError::FrameTooLarge {
+                size: h.length.into(),
+                max: self.max_body.into(),
+            });
+        }
+        Ok(())
+    }
+}

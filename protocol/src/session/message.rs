@@ -1,0 +1,229 @@
+//! [`SessionMessage`]: what guestlinkd and guestlink-session exchange.
+
+use serde::{Deserialize, Serialize};
+
+use crate::vdagent::{ClipboardType, Selection};
+
+/// Version of the session protocol, carried in [`SessionMessage::Hello`].
+pub const SESSION_PROTOCOL_VERSION: u32 = 1;
+
+/// One display of the session's desktop, as reported by the session agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeometryMonitor {
+    /// SPICE display id of this output.
+    pub display_id: u32,
+    /// X of the top-left corner in the desktop.
+    pub x: i32,
+    /// Y of the top-left corner in the desktop.
+    pub y: i32,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+/// One monitor of a configuration to apply (w = h = 0: disabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMonitor {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Colour depth.
+    pub depth: u32,
+    /// X position.
+    pub x: i32,
+    /// Y position.
+    pub y: i32,
+    /// Physical width in mm, if the client sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mm_width: Option<u16>,
+    /// Physical height in mm, if the client sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mm_height: Option<u16>,
+}
+
+/// One display device entry (from GRAPHICS_DEVICE_INFO).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDeviceDisplay {
+    /// SPICE channel id.
+    pub channel_id: u32,
+    /// Monitor id within the channel.
+    pub monitor_id: u32,
+    /// Display id on the device.
+    pub device_display_id: u32,
+    /// Device address such as `pci/0000/02.0` (lossy UTF-8).
+    pub device_address: String,
+}
+
+/// A daemon ↔ session message. Fields marked "binary" travel in the frame's data part, never in the JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum SessionMessage {
+    /// First message of each side: protocol version, the session's id (logind) and optional features.
+    Hello {
+        /// [`SESSION_PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// The logind session id ("" when unknown).
+        session_id: String,
+        /// Feature names the sender supports.
+        capabilities: Vec<String>,
+    },
+    /// Session → daemon: the current desktop layout.
+    Geometry {
+        /// The enabled outputs.
+        monitors: Vec<GeometryMonitor>,
+    },
+    /// Either way: the sender owns `selection` and offers `types`.
+    ClipboardGrab {
+        /// Selection.
+        selection: Selection,
+        /// Offered types.
+        types: Vec<ClipboardType>,
+    },
+    /// Either way: the sender wants the data of `selection` as `data_type`.
+    ClipboardRequest {
+        /// Selection.
+        selection: Selection,
+        /// Requested type.
+        data_type: ClipboardType,
+    },
+    /// Either way: answer to a request (`data_type` NONE or empty data = nothing).
+    ClipboardData {
+        /// Selection.
+        selection: Selection,
+        /// Data type.
+        data_type: ClipboardType,
+        /// The data (binary).
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+    /// Either way: the sender no longer owns `selection`.
+    ClipboardRelease {
+        /// Selection.
+        selection: Selection,
+    },
+    /// Daemon → session: monitor layout to apply.
+    MonitorsConfig {
+        /// `VD_AGENT_CONFIG_MONITORS_FLAG_*`.
+        flags: u32,
+        /// Monitors, indexed by display id.
+        monitors: Vec<SessionMonitor>,
+    },
+    /// Daemon → session: a file transfer begins (the name is not yet validated).
+    FileXferStart {
+        /// Transfer id (the client's).
+        id: u32,
+        /// File name.
+        name: String,
+        /// Total size in bytes.
+        size: u64,
+    },
+    /// Daemon → session: file content.
+    FileXferData {
+        /// Transfer id.
+        id: u32,
+        /// The bytes (binary).
+        #[serde(skip)]
+        data: Vec<u8>,
+    },
+    /// Session → daemon: transfer status (`VD_AGENT_FILE_XFER_STATUS_*` code and optional detail).
+    FileXferStatus {
+        /// Transfer id.
+        id: u32,
+        /// Status code.
+        status: u32,
+        /// Free bytes, with NOT_ENOUGH_SPACE.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        disk_free_space: Option<u64>,
+        /// `GIOErrorEnum` code, with ERROR.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_code: Option<u32>,
+    },
+    /// Daemon → session: the client cancelled the transfer; drop the partial file.
+    FileXferCancel {
+        /// Transfer id.
+        id: u32,
+    },
+    /// Daemon → session: file transfer is not allowed for this session (e.g. greeter).
+    FileXferDisable,
+    /// Daemon → session: a SPICE client connected.
+    ClientConnected,
+    /// Daemon → session: the SPICE client went away; release client-owned clipboards.
+    ClientDisconnected,
+    /// Daemon → session: the client's maximum clipboard size (-1 = unlimited).
+    MaxClipboard {
+        /// Bytes.
+        max: i64,
+    },
+    /// Daemon → session: display device addresses.
+    GraphicsDeviceInfo {
+        /// Entries.
+        displays: Vec<SessionDeviceDisplay>,
+    },
+    /// Daemon → session: audio volumes.
+    AudioVolumeSync {
+        /// Playback or capture.
+        is_playback: bool,
+        /// Muted.
+        mute: bool,
+        /// Per-channel volumes.
+        volumes: Vec<u16>,
+    },
+    /// Either way: a request failed or was refused.
+    Error {
+        /// Short machine-readable code, e.g. "not-active".
+        code: String,
+        /// Human-readable text.
+        message: String,
+    },
+}
+
+/// The highest frame kind this version knows (kinds are 1..=`MAX_KIND`).
+pub const MAX_KIND: u16 = 18;
+
+impl SessionMessage {
+    /// The frame kind (u16) of this message.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Self::Hello { .. } => 1,
+            Self::Geometry { .. } => 2,
+            Self::ClipboardGrab { .. } => 3,
+            Self::ClipboardRequest { .. } => 4,
+            Self::ClipboardData { .. } => 5,
+            Self::ClipboardRelease { .. } => 6,
+            Self::MonitorsConfig { .. } => 7,
+            Self::FileXferStart { .. } => 8,
+            Self::FileXferData { .. } => 9,
+            Self::FileXferStatus { .. } => 10,
+            Self::FileXferCancel { .. } => 11,
+            Self::FileXferDisable => 12,
+            Self::ClientConnected => 13,
+            Self::ClientDisconnected => 14,
+            Self::MaxClipboard { .. } => 15,
+            Self::GraphicsDeviceInfo { .. } => 16,
+            Self::AudioVolumeSync { .. } => 17,
+            Self::Error { .. } => 18,
+        }
+    }
+
+    /// Whether frames of `kind` carry a binary data part.
+    pub fn kind_has_data(kind: u16) -> bool {
+        matches!(kind, 5 | 9)
+    }
+
+    /// The binary data part (empty for messages without one).
+    pub fn data(&self) -> &[u8] {
+        match self {
+            Self::ClipboardData { data, .. } | Self::FileXferData { data, .. } => data,
+            _ => &[],
+        }
+    }
+
+    /// Stores the binary data part after the metadata was decoded.
+    pub(crate) fn set_data(&mut self, bytes: Vec<u8>) {
+        if let Self::ClipboardData { data, .. } | Self::FileXferData { data, .. } = self {
+            *data = bytes;
+        }
+    }
+}
