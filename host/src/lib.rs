@@ -6,7 +6,6 @@
 pub mod error;
 pub mod exec;
 pub mod file;
-pub mod framing;
 pub mod host_cmd;
 pub mod quiesce;
 pub mod session;

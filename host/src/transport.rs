@@ -1,6 +1,7 @@
 //! Transports that carry one request and bring back its reply: a direct stream (unix socket or character
 //! device, with the 0xFF + guest-sync-delimited handshake) and `virsh qemu-agent-command` for libvirt domains.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -14,8 +15,13 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Map, Value};
 use tracing::{debug, trace, warn};
 
+use guestlink_protocol::qga::{encode_request, Reply, ReplyDecoder, ReplyEvent};
+
 use crate::error::{Error, Result};
-use crate::framing::{Frame, LineDecoder, MAX_REPLY_BYTES};
+
+/// Upper bound for one reply line: a 32 MiB chunk is 43 MiB of base64; a 48 MiB read (qemu-ga's cap through
+/// `raw`) is 64 MiB plus JSON overhead.
+pub const MAX_REPLY_BYTES: usize = 80 << 20;
 
 /// Carries requests to the agent.
 pub trait Transport: std::fmt::Debug {
@@ -65,7 +71,8 @@ pub struct StreamTransport {
     path: PathBuf,
     sync_timeout: Duration,
     conn: Option<Conn>,
-    decoder: LineDecoder,
+    decoder: ReplyDecoder,
+    events: VecDeque<ReplyEvent>,
     next_id: u64,
 }
 
@@ -76,7 +83,8 @@ impl StreamTransport {
             path,
             sync_timeout,
             conn: None,
-            decoder: LineDecoder::new(),
+            decoder: ReplyDecoder::with_max_reply(MAX_REPLY_BYTES),
+            events: VecDeque::new(),
             next_id: u64::from(rand::random::<u32>()),
         }
     }
@@ -144,15 +152,12 @@ impl StreamTransport {
         }
     }
 
-    /// Read until the decoder yields a frame or `deadline` passes (`Ok(None)`).
-    fn read_frame(&mut self, deadline: Instant) -> Result<Option<Frame>> {
+    /// Read until the decoder yields an event or `deadline` passes (`Ok(None)`).
+    fn read_event(&mut self, deadline: Instant) -> Result<Option<ReplyEvent>> {
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            if let Some(frame) = self.decoder.next_frame() {
-                return Ok(Some(frame));
-            }
-            if self.decoder.pending() > MAX_REPLY_BYTES {
-                return Err(Error::ReplyTooLarge(MAX_REPLY_BYTES));
+            if let Some(ev) = self.events.pop_front() {
+                return Ok(Some(ev));
             }
             let conn = self.conn.as_mut().ok_or(Error::Closed)?;
             let now = Instant::now();
@@ -174,7 +179,7 @@ impl StreamTransport {
                 }
                 Ok(n) => {
                     trace!(bytes = n, "read from agent");
-                    self.decoder.feed(&buf[..n]);
+                    self.events.extend(self.decoder.feed(&buf[..n]));
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
                 Err(e) => {
@@ -188,37 +193,24 @@ impl StreamTransport {
     /// Send 0xFF + guest-sync-delimited with a random id and discard everything up to its reply.
     fn sync(&mut self, deadline: Instant) -> Result<()> {
         let id = i64::from(rand::random::<u32>() >> 1) + 1;
+        let mut args = Map::new();
+        args.insert("id".into(), json!(id));
         let mut msg = vec![0xFFu8];
-        msg.extend_from_slice(
-            json!({"execute": "guest-sync-delimited", "arguments": {"id": id}})
-                .to_string()
-                .as_bytes(),
-        );
-        msg.push(b'\n');
-        self.decoder = LineDecoder::new();
+        msg.extend_from_slice(&encode_request("guest-sync-delimited", Some(&args), None));
+        self.decoder = ReplyDecoder::with_max_reply(MAX_REPLY_BYTES);
         self.decoder.expect_delimiter();
+        self.events.clear();
         let conn = self.conn.as_mut().ok_or(Error::Closed)?;
         conn.write_all(&msg).map_err(Error::Io)?;
         debug!(id, "sent guest-sync-delimited");
         loop {
-            match self.read_frame(deadline) {
-                Ok(Some(Frame::Delimiter)) => {}
-                Ok(Some(Frame::Line(line))) => {
-                    let value: Option<Value> = serde_json::from_slice(&line).ok();
-                    if value
-                        .as_ref()
-                        .and_then(|v| v.get("return"))
-                        .and_then(Value::as_i64)
-                        == Some(id)
-                    {
-                        debug!(id, "agent in sync");
-                        return Ok(());
-                    }
-                    debug!(line = %String::from_utf8_lossy(&line), "skipping stale reply while syncing");
-                    self.decoder.expect_delimiter();
+            match self.read_event(deadline) {
+                Ok(Some(ReplyEvent::Reply(Reply { body: Ok(v), .. }))) if v.as_i64() == Some(id) => {
+                    debug!(id, "agent in sync");
+                    return Ok(());
                 }
-                Ok(None) => return Err(self.no_agent(None)),
-                Err(Error::Closed) => return Err(self.no_agent(None)),
+                Ok(Some(ev)) => debug!(?ev, "skipping stale output while syncing"),
+                Ok(None) | Err(Error::Closed) => return Err(self.no_agent(None)),
                 Err(e) => return Err(e),
             }
         }
@@ -265,19 +257,14 @@ impl Transport for StreamTransport {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            match self.read_frame(deadline)? {
-                Some(Frame::Line(line)) => {
-                    let Ok(Value::Object(reply)) = serde_json::from_slice::<Value>(&line) else {
-                        warn!(line = %String::from_utf8_lossy(&line), "ignoring non-JSON line from agent");
-                        continue;
-                    };
-                    if reply.get("id") == Some(&id) {
-                        return Ok(Value::Object(reply));
-                    }
-                    let reply = Value::Object(reply);
-                    debug!(%reply, "ignoring reply with another id");
+            match self.read_event(deadline)? {
+                Some(ReplyEvent::Reply(reply)) if reply.id.as_ref() == Some(&id) => return Ok(reply_value(reply)),
+                Some(ReplyEvent::Reply(reply)) => debug!(?reply, "ignoring reply with another id"),
+                Some(ReplyEvent::Garbage { line, error }) => warn!(%line, %error, "ignoring garbage from the agent"),
+                Some(ReplyEvent::TooLarge { limit }) => {
+                    self.conn = None;
+                    return Err(Error::ReplyTooLarge(limit));
                 }
-                Some(Frame::Delimiter) => {}
                 None => {
                     // Out of sync now: a late reply may still arrive. Re-sync on the next exchange.
                     self.conn = None;
@@ -294,6 +281,23 @@ impl Transport for StreamTransport {
     fn connect(&mut self) -> Result<()> {
         self.ensure_connected()
     }
+}
+
+/// A decoded reply as the JSON object the agent sent (`return` or `error`, plus `id`).
+fn reply_value(reply: Reply) -> Value {
+    let mut m = Map::new();
+    match reply.body {
+        Ok(v) => {
+            m.insert("return".into(), v);
+        }
+        Err(e) => {
+            m.insert("error".into(), json!({"class": e.class.as_str(), "desc": e.desc}));
+        }
+    }
+    if let Some(id) = reply.id {
+        m.insert("id".into(), id);
+    }
+    Value::Object(m)
 }
 
 /// A libvirt domain reached through `virsh qemu-agent-command` (libvirt does its own guest-sync).
