@@ -132,18 +132,19 @@ pub fn format_g17(f: f64) -> String {
     }
     const P: i32 = 17;
     // 17 significant digits in scientific form; Rust rounds exactly like glibc (correctly rounded).
-    let sci = format!("{:.*e}", (P - 1) as usize, f);
+    let sig = (P - 1) as usize;
+    let sci = format!("{f:.sig$e}");
     let (mant, exp) = match sci.split_once('e') {
         Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
         None => (sci.as_str(), 0),
     };
-    if exp < -4 || exp >= P {
+    if !(-4..P).contains(&exp) {
         let mant = trim_fraction(mant);
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mant}e{sign}{:02}", exp.abs())
     } else {
         let decimals = (P - 1 - exp).max(0) as usize;
-        let fixed = format!("{:.*}", decimals, f);
+        let fixed = format!("{f:.decimals$}");
         trim_fraction(&fixed).to_owned()
     }
 }
