@@ -5,11 +5,14 @@
 //! to the wire with [`CommandError::to_qga`].
 #![forbid(unsafe_code)]
 
+pub mod cpu_mem;
 pub mod error;
 pub mod exec;
 pub mod file;
+pub mod osinfo;
 mod run;
 pub mod system;
+pub mod users;
 
 use std::path::PathBuf;
 use std::time::Duration;
