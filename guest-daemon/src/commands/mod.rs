@@ -9,6 +9,7 @@ pub mod cpu_mem;
 pub mod error;
 pub mod exec;
 pub mod file;
+pub mod network;
 pub mod osinfo;
 mod run;
 pub mod system;
