@@ -169,9 +169,9 @@ impl FrameDecoder {
         self.poisoned
     }
 
-    /// Bytes held for the partial frame.
+    /// Memory held for the partial frame (header bytes plus body capacity).
     pub fn buffered_bytes(&self) -> usize {
-        self.header_len + self.body.len()
+        self.header_len + self.body.capacity()
     }
 
     /// Feeds bytes; returns one result per completed frame. Fatal errors stop the decoder (later calls return

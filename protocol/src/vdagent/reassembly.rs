@@ -120,11 +120,11 @@ impl Reassembler {
         self.ports[port.index()] = PortState::default();
     }
 
-    /// Bytes buffered for partly received messages (for memory accounting and tests).
+    /// Memory held for partly received messages: header bytes plus payload capacity (accounting, tests).
     pub fn buffered_bytes(&self) -> usize {
         self.ports
             .iter()
-            .map(|p| p.header_len + p.payload.len())
+            .map(|p| p.header_len + p.payload.capacity())
             .sum::<usize>()
             + self.chunk_header_len
     }
