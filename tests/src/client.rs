@@ -45,6 +45,12 @@ impl Client {
         Ok(Client { writer: stream, reader })
     }
 
+    /// A second handle on the socket for writing from another thread (for requests larger than the socket
+    /// buffer while the reply is read here).
+    pub fn try_clone_writer(&self) -> UnixStream {
+        self.writer.try_clone().expect("clone socket")
+    }
+
     /// Writes raw bytes.
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).expect("write to agent");

@@ -1,0 +1,264 @@
+//! The `guestlink` host CLI against real agents: Debian's qemu-ga (the reference) and guestlinkd, over their
+//! unix-listen sockets. Freeze/quiesce are not run here (never freeze this machine); their state machine is
+//! unit-tested in `host/src/quiesce.rs` and the real freeze belongs to the micro-VM suite.
+//!
+//! Run: `cargo test -p guestlink-tests --test host_cli` (`-- qemu_ga` / `-- guestlinkd` for one agent).
+
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use guestlink_tests::agent::{target_dir, workspace_root};
+use guestlink_tests::{both_agents, Agent, AgentKind};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// `guestlink`: `$GUESTLINK_BIN`, else built once per test process with `cargo build -p guestlink`.
+fn guestlink_bin() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GUESTLINK_BIN") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "guestlink", "--bin", "guestlink"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("running cargo build -p guestlink");
+        assert!(status.success(), "cargo build -p guestlink failed: {status}");
+        target_dir().join("debug").join("guestlink")
+    })
+}
+
+/// Runs `guestlink --socket SOCK ARGS…`, feeding `stdin` (none: /dev/null).
+fn guestlink(sock: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(guestlink_bin());
+    cmd.arg("--socket").arg(sock).args(args).env_remove("GUESTLINK_SOCKET");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = cmd.spawn().expect("spawn guestlink");
+    if let Some(data) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        pipe.write_all(data).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait guestlink")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs guestlink and asserts success.
+fn ok(sock: &Path, args: &[&str]) -> String {
+    let out = guestlink(sock, args, None);
+    assert!(out.status.success(), "guestlink {args:?}: {}\nstderr: {}", out.status, text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs guestlink with --json, asserts success and exactly one JSON document on stdout.
+fn json(sock: &Path, args: &[&str]) -> Value {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    let out = ok(sock, &a);
+    let mut docs = serde_json::Deserializer::from_str(&out).into_iter::<Value>();
+    let doc = docs.next().expect("a JSON document").unwrap_or_else(|e| panic!("bad JSON {out:?}: {e}"));
+    assert!(docs.next().is_none(), "more than one JSON document: {out}");
+    doc
+}
+
+/// Starts `kind` and waits until it answers (then releases the single unix-listen client slot).
+fn start(kind: AgentKind) -> Option<Agent> {
+    let mut agent = Agent::start(kind, &[])?;
+    drop(agent.connect());
+    Some(agent)
+}
+
+fn sha256(data: &[u8]) -> String {
+    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+both_agents!(
+    fn queries(kind) {
+        let Some(agent) = start(kind) else { return };
+        let s = agent.sock.clone();
+        assert!(ok(&s, &["ping"]).contains("agent answered"));
+        assert_eq!(json(&s, &["ping"])["ok"], Value::Bool(true));
+
+        let info = json(&s, &["info"]);
+        let cmds = info["supported_commands"].as_array().expect("supported_commands");
+        assert!(cmds.iter().any(|c| c["name"] == "guest-ping" && c["enabled"] == true), "{info}");
+        assert!(ok(&s, &["info"]).contains(info["version"].as_str().expect("version")));
+
+        let os = json(&s, &["osinfo"]);
+        let uname_r = Command::new("uname").arg("-r").output().expect("uname");
+        assert_eq!(os["kernel-release"].as_str(), Some(text(&uname_r.stdout).trim()), "{os}");
+        assert!(ok(&s, &["osinfo"]).contains(text(&uname_r.stdout).trim()));
+
+        let fs = json(&s, &["fsinfo"]);
+        assert!(fs.as_array().is_some_and(|a| a.iter().any(|f| f["mountpoint"] == "/")), "{fs}");
+        assert!(ok(&s, &["fsinfo"]).contains("MOUNTPOINT"));
+
+        let net = json(&s, &["network"]);
+        let lo = net.as_array().and_then(|a| a.iter().find(|n| n["name"] == "lo")).expect("lo interface");
+        assert!(lo["ip-addresses"].as_array().is_some_and(|a| a.iter().any(|ip| ip["ip-address"] == "127.0.0.1")));
+        assert!(ok(&s, &["network"]).contains("127.0.0.1/8"));
+
+        assert!(json(&s, &["users"]).is_array());
+        ok(&s, &["users"]);
+
+        let t = json(&s, &["time"]);
+        let host_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as i64;
+        let guest_ns = t["nanoseconds"].as_i64().expect("nanoseconds");
+        assert!((host_ns - guest_ns).abs() < 60_000_000_000, "{t}");
+        assert!(t["offset_from_host_ms"].as_f64().expect("offset").abs() < 60_000.0);
+        assert!(ok(&s, &["time"]).contains('Z'));
+        agent.stop();
+    }
+);
+
+both_agents!(
+    fn exec(kind) {
+        let Some(agent) = start(kind) else { return };
+        let s = agent.sock.clone();
+        let out = guestlink(&s, &["exec", "--", "sh", "-c", "printf 'to out'; printf 'to err' >&2; exit 7"], None);
+        assert_eq!(out.status.code(), Some(7), "stderr: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "to out");
+        assert!(text(&out.stderr).contains("to err"));
+
+        let input = b"line one\nline two\n\x00\xffbinary";
+        let out = guestlink(&s, &["exec", "--", "cat"], Some(input));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(out.stdout, input);
+
+        let out = guestlink(&s, &["exec", "--no-stdin", "--", "cat"], Some(b"ignored"));
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty());
+
+        let out = guestlink(&s, &["exec", "--", "sh", "-c", "kill -TERM $$"], None);
+        assert_eq!(out.status.code(), Some(128 + 15));
+
+        let doc = json(&s, &["exec", "--", "sh", "-c", "echo hello; exit 3"]);
+        assert_eq!(doc["status"], 3);
+        assert_eq!(doc["exitcode"], 3);
+        assert_eq!(doc["stdout"], "hello\n");
+
+        let out = guestlink(&s, &["exec", "--", "/nonexistent/guestlink-test"], None);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("guest-exec failed"), "{}", text(&out.stderr));
+        agent.stop();
+    }
+);
+
+both_agents!(
+    fn file_push_pull(kind) {
+        let Some(agent) = start(kind) else { return };
+        let s = agent.sock.clone();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // 3 MiB + 123 bytes: several 1 MiB chunks and a short tail.
+        let data: Vec<u8> = (0..(3 << 20) + 123u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let src = dir.path().join("src.bin");
+        std::fs::write(&src, &data).expect("write src");
+        let guest_dir = dir.path().join("guest");
+        std::fs::create_dir(&guest_dir).expect("guest dir");
+        let guest = guest_dir.join("pushed.bin");
+        let push = json(&s, &["file", "push", src.to_str().expect("utf8"), guest.to_str().expect("utf8")]);
+        assert_eq!(push["bytes"], data.len());
+        assert_eq!(push["sha256"], sha256(&data));
+        assert_eq!(std::fs::read(&guest).expect("pushed file"), data);
+        // Only the final file is left: the temp name was renamed away.
+        let names: Vec<_> = std::fs::read_dir(&guest_dir).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, [std::ffi::OsString::from("pushed.bin")]);
+
+        let back = dir.path().join("back.bin");
+        let pull = json(&s, &["file", "pull", "--chunk-size", "700000", guest.to_str().expect("utf8"), back.to_str().expect("utf8")]);
+        assert_eq!(pull["sha256"], sha256(&data));
+        assert_eq!(pull["chunk_size"], 700000);
+        assert_eq!(sha256(&std::fs::read(&back).expect("pulled file")), sha256(&data));
+
+        // A failed pull leaves nothing under the final name (and no temp file).
+        let missing = dir.path().join("missing.bin");
+        let out = guestlink(&s, &["file", "pull", "/nonexistent/guestlink/x", missing.to_str().expect("utf8")], None);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text(&out.stderr).contains("guest-file-open failed"), "{}", text(&out.stderr));
+        assert!(!missing.exists());
+        let leftovers = std::fs::read_dir(dir.path()).expect("ls").filter(|e| {
+            e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".part"))
+        });
+        assert_eq!(leftovers.count(), 0);
+        agent.stop();
+    }
+);
+
+both_agents!(
+    fn raw(kind) {
+        let Some(agent) = start(kind) else { return };
+        let s = agent.sock.clone();
+        let host = text(&Command::new("hostname").output().expect("hostname").stdout).trim().to_owned();
+        let doc = json(&s, &["raw", "guest-get-host-name"]);
+        assert_eq!(doc["return"]["host-name"], host.as_str());
+        let doc = json(&s, &["raw", r#"{"execute":"guest-sync","arguments":{"id":4242}}"#]);
+        assert_eq!(doc["return"], 4242);
+        let out = guestlink(&s, &["--json", "raw", r#"{"execute":"guest-no-such-command"}"#], None);
+        assert_eq!(out.status.code(), Some(1));
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(doc["error"]["class"], "CommandNotFound");
+        // Blocked dangerous commands answer CommandNotFound through raw too.
+        let doc: Value = serde_json::from_slice(&guestlink(&s, &["--json", "raw", "guest-fsfreeze-thaw"], None).stdout).expect("JSON");
+        assert_eq!(doc["error"]["class"], "CommandNotFound", "{doc}");
+        agent.stop();
+    }
+);
+
+#[test]
+fn no_agent_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A path that does not exist.
+    let out = guestlink(&dir.path().join("absent.sock"), &["ping"], None);
+    assert_eq!(out.status.code(), Some(69));
+    assert!(text(&out.stderr).contains("does not exist"), "{}", text(&out.stderr));
+
+    // A socket file with no listener: refused until the sync timeout.
+    let dead = dir.path().join("dead.sock");
+    drop(UnixListener::bind(&dead).expect("bind"));
+    let out = guestlink(&dead, &["--connect-timeout", "1", "ping"], None);
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("no agent answered on {} within 1 s", dead.display())), "{err}");
+
+    // A listener that accepts and never answers (QEMU with no agent in the guest): the default 5 s sync timeout.
+    let mute = dir.path().join("mute.sock");
+    let listener = UnixListener::bind(&mute).expect("bind");
+    let holder = std::thread::spawn(move || {
+        let conn: Option<UnixStream> = listener.accept().ok().map(|(c, _)| c);
+        std::thread::sleep(Duration::from_secs(8));
+        drop(conn);
+    });
+    let t = Instant::now();
+    let out = guestlink(&mute, &["--json", "ping"], None);
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    let expected = format!(
+        "no agent answered on {} within 5 s: is guestlinkd or qemu-ga running in the guest?",
+        mute.display()
+    );
+    assert!(err.contains(&expected), "{err}");
+    assert!(took >= Duration::from_secs(5) && took < Duration::from_secs(30), "{took:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON error document");
+    assert_eq!(doc["error"]["exit_code"], 69);
+    holder.join().expect("holder thread");
+}
+
+#[test]
+fn man_and_completions() {
+    let out = Command::new(guestlink_bin()).arg("man").output().expect("man");
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains(".TH guestlink"));
+    let out = Command::new(guestlink_bin()).args(["completions", "bash"]).output().expect("completions");
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("_guestlink()"));
+}

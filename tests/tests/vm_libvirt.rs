@@ -1,0 +1,312 @@
+//! Real libvirt against the agent in the micro-VM: a transient `qemu` (TCG) domain with `<kernel>`/`<initrd>` and a
+//! unix `<channel>` named `org.qemu.guest_agent.0`, driven with `virsh domfsfreeze/domfsthaw`,
+//! `qemu-agent-command`, `guestinfo`, `domtime` and `domfsinfo`.
+//!
+//! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
+//! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
+//! `GUESTLINK_REQUIRE_LIBVIRT=1`.
+#![forbid(unsafe_code)]
+
+#[path = "../vm/harness.rs"]
+mod harness;
+
+use harness::{Control, VmEnv};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const URI: &str = "qemu:///system";
+
+fn virsh(args: &[&str]) -> (bool, String) {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg("virsh")
+        .arg("-c")
+        .arg(URI)
+        .args(args)
+        .output()
+        .expect("run virsh");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text.trim().to_string())
+}
+
+fn virsh_ok(args: &[&str]) -> String {
+    let (ok, text) = virsh(args);
+    assert!(ok, "virsh {args:?} failed: {text}");
+    text
+}
+
+/// Starts libvirtd if needed; the returned guard stops what it started.
+struct Libvirt {
+    state: tempfile::TempDir,
+    script: PathBuf,
+}
+
+impl Drop for Libvirt {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script)
+            .arg("stop")
+            .arg(self.state.path())
+            .status();
+    }
+}
+
+fn libvirt_gate(env: &VmEnv) -> Option<Libvirt> {
+    let script = env.vm_dir.join("libvirt-up");
+    let state = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(&script)
+        .arg("start")
+        .arg(state.path())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            eprintln!("[libvirt] {}", String::from_utf8_lossy(&o.stdout).trim());
+            Some(Libvirt { state, script })
+        }
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+                Err(e) => e.to_string(),
+            };
+            let msg = format!("vm_libvirt: qemu:///system not available: {}", why.trim());
+            if std::env::var("GUESTLINK_REQUIRE_LIBVIRT").as_deref() == Ok("1") {
+                panic!("GUESTLINK_REQUIRE_LIBVIRT=1: {msg}");
+            }
+            eprintln!("\n*** SKIP {msg} ***\n");
+            None
+        }
+    }
+}
+
+/// A transient libvirt domain running the micro-VM; destroyed on drop.
+struct Domain {
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl Domain {
+    fn create(env: &VmEnv) -> Domain {
+        let initrd = harness::initramfs(env);
+        let kernel = std::fs::read_to_string(format!("{}.kernel", initrd.display()))
+            .expect("initrd.kernel")
+            .trim()
+            .to_string();
+        let dir = tempfile::Builder::new()
+            .prefix("guestlink-virt.")
+            .tempdir()
+            .expect("tempdir");
+        // qemu runs as libvirt-qemu: it must reach the images (dynamic_ownership chowns the files themselves).
+        let st = Command::new("chmod")
+            .arg("0755")
+            .arg(dir.path())
+            .status()
+            .expect("chmod");
+        assert!(st.success());
+        for (img, size) in [("data.img", "32M"), ("data2.img", "16M")] {
+            let p = dir.path().join(img);
+            let st = Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "truncate -s {size} '{0}' && mkfs.ext4 -q -F '{0}'",
+                    p.display()
+                ))
+                .status()
+                .expect("mkfs");
+            assert!(st.success(), "mkfs.ext4 {img}");
+        }
+        let name = format!("guestlink-test-{}", std::process::id());
+        let d = dir.path().display();
+        let xml = format!(
+            r#"<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>256</memory>
+  <vcpu>1</vcpu>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>{kernel}</kernel>
+    <initrd>{initrd}</initrd>
+    <cmdline>console=ttyS0 panic=-1 quiet</cmdline>
+  </os>
+  <on_poweroff>destroy</on_poweroff><on_reboot>destroy</on_reboot><on_crash>destroy</on_crash>
+  <devices>
+    <disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{d}/data.img'/><target dev='vda' bus='virtio'/><serial>gl-data</serial></disk>
+    <disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{d}/data2.img'/><target dev='vdb' bus='virtio'/><serial>gl-data2</serial></disk>
+    <serial type='file'><source path='{d}/console.log'/><target port='0'/></serial>
+    <channel type='unix'><source mode='bind'/><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <channel type='unix'><source mode='bind'/><target type='virtio' name='org.guestlink.test.0'/></channel>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"#,
+            initrd = initrd.display()
+        );
+        let xml_path = dir.path().join("domain.xml");
+        std::fs::write(&xml_path, xml).expect("write domain.xml");
+        let _ = virsh(&["destroy", &name]);
+        virsh_ok(&["create", &xml_path.to_string_lossy()]);
+        Domain { name, dir }
+    }
+
+    fn channel_path(&self, target: &str) -> PathBuf {
+        let xml = virsh_ok(&["dumpxml", &self.name]);
+        let needle = format!("/{target}'");
+        let line = xml
+            .lines()
+            .find(|l| l.contains("<source mode='bind' path='") && l.contains(&needle))
+            .unwrap_or_else(|| panic!("no channel {target} in dumpxml"));
+        let start = line.find("path='").expect("path attr") + 6;
+        let end = line[start..].find('\'').expect("quote") + start;
+        PathBuf::from(&line[start..end])
+    }
+
+    fn agent(&self, json: &str) -> Result<Value, String> {
+        let (ok, text) = virsh(&["qemu-agent-command", &self.name, json, "--timeout", "30"]);
+        if !ok {
+            return Err(text);
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        Ok(v["return"].clone())
+    }
+
+    fn console(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("console.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- guest console ---\n{}", self.console());
+        }
+        let _ = virsh(&["destroy", &self.name]);
+    }
+}
+
+fn count_in(text: &str, prefix: &str) -> u64 {
+    // "Froze 2 filesystem(s)" / "Thawed 2 filesystem(s)"
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix(prefix))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no '{prefix} N' in: {text}"))
+}
+
+#[test]
+fn vm_libvirt_virsh() {
+    let Some(env) = harness::gate("vm_libvirt_virsh") else {
+        return;
+    };
+    let Some(_libvirt) = libvirt_gate(&env) else {
+        return;
+    };
+    let dom = Domain::create(&env);
+    let name = dom.name.clone();
+
+    eprintln!("[libvirt] waiting for the agent (virsh qemu-agent-command guest-ping)");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        match dom.agent(r#"{"execute":"guest-ping"}"#) {
+            Ok(v) if v == serde_json::json!({}) => break,
+            other => {
+                assert!(
+                    Instant::now() < deadline,
+                    "agent never answered libvirt: {other:?}"
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+    let xml = virsh_ok(&["dumpxml", &name]);
+    assert!(
+        xml.contains("name='org.qemu.guest_agent.0' state='connected'"),
+        "libvirt does not see the agent channel as connected"
+    );
+    let mut ctl = Control::connect(Path::new(&dom.channel_path("org.guestlink.test.0")));
+
+    eprintln!("[libvirt] qemu-agent-command");
+    let info = dom
+        .agent(r#"{"execute":"guest-info"}"#)
+        .expect("guest-info");
+    assert!(info["version"].is_string(), "{info}");
+    let uname = ctl.run_ok("uname -r");
+    let os = dom
+        .agent(r#"{"execute":"guest-get-osinfo"}"#)
+        .expect("osinfo");
+    assert_eq!(os["kernel-release"], uname.as_str());
+
+    eprintln!("[libvirt] virsh guestinfo / domfsinfo / domtime");
+    let gi = virsh_ok(&["guestinfo", &name]);
+    for want in [
+        "hostname            : guestlink-vm",
+        "os.id               : guestlink-vm",
+        &format!("os.kernel-release   : {uname}"),
+        "fs.count            : 2",
+        "timezone.offset",
+    ] {
+        assert!(gi.contains(want), "guestinfo lacks {want:?}:\n{gi}");
+    }
+    let fsinfo = virsh_ok(&["domfsinfo", &name]);
+    assert!(
+        fsinfo.lines().any(
+            |l| l.split_whitespace().collect::<Vec<_>>() == ["/mnt/data", "vda", "ext4", "vda"]
+        ),
+        "domfsinfo:\n{fsinfo}"
+    );
+    let t = virsh_ok(&["domtime", &name]);
+    let guest_s: i64 = t
+        .trim()
+        .strip_prefix("Time:")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("domtime: {t}"));
+    let host_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    assert!(
+        (guest_s - host_s).abs() < 600,
+        "domtime {guest_s} vs host {host_s}"
+    );
+
+    eprintln!("[libvirt] domfsfreeze / domfsthaw");
+    let p0 = ctl.progress();
+    assert!(
+        ctl.progress_moves(p0, Duration::from_secs(30)),
+        "writer not running"
+    );
+    assert_eq!(count_in(&virsh_ok(&["domfsfreeze", &name]), "Froze"), 2);
+    let st = dom
+        .agent(r#"{"execute":"guest-fsfreeze-status"}"#)
+        .expect("status");
+    assert_eq!(st, "frozen");
+    let p1 = ctl.progress();
+    std::thread::sleep(Duration::from_millis(1500));
+    let p2 = ctl.progress();
+    assert!(
+        p2 <= p1 + 1,
+        "writer kept writing while frozen: {p1} -> {p2}"
+    );
+    assert_eq!(count_in(&virsh_ok(&["domfsthaw", &name]), "Thawed"), 2);
+    assert!(
+        ctl.progress_moves(p2, Duration::from_secs(30)),
+        "writer did not resume"
+    );
+
+    assert_eq!(
+        count_in(
+            &virsh_ok(&["domfsfreeze", &name, "--mountpoint", "/mnt/data"]),
+            "Froze"
+        ),
+        1
+    );
+    assert_eq!(
+        ctl.run_ok("echo ok > /mnt/data2/x && cat /mnt/data2/x"),
+        "ok"
+    );
+    assert_eq!(count_in(&virsh_ok(&["domfsthaw", &name]), "Thawed"), 1);
+    let st = dom
+        .agent(r#"{"execute":"guest-fsfreeze-status"}"#)
+        .expect("status");
+    assert_eq!(st, "thawed");
+}
