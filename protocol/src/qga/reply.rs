@@ -2,11 +2,13 @@
 //!
 //! The encoder follows `qobject/qjson.c` (`qobject_to_json`, not pretty): `{"return": {}, "id": 7}` with `": "`
 //! and `", "` separators, strings escaped with upper-case `\uXXXX` for control characters, DEL and everything
-//! non-ASCII (surrogate pairs above the BMP), doubles printed with `%.17g`, then `\n`.
+//! non-ASCII (surrogate pairs above the BMP), noncharacters replaced by `\uFFFD` (QEMU's modified-UTF-8
+//! decoder rejects them), doubles printed with `%.17g`, then `\n`.
 
 use serde_json::{Map, Number, Value};
 
 use crate::qga::error::QgaError;
+use crate::qga::stream::utf8::is_valid_codepoint;
 
 /// The 0xFF sentinel that precedes a `guest-sync-delimited` reply.
 pub const DELIMITER: u8 = 0xFF;
@@ -50,79 +52,80 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
     if reply.delimited {
         out.push(DELIMITER);
     }
-    let mut s = String::new();
     match &reply.body {
         Ok(v) => {
-            s.push_str("{\"return\": ");
-            write_value(v, &mut s);
+            out.extend_from_slice(b"{\"return\": ");
+            write_value(v, out);
         }
         Err(e) => {
-            s.push_str("{\"error\": {\"class\": ");
-            write_str(e.class.as_str(), &mut s);
-            s.push_str(", \"desc\": ");
-            write_str(&e.desc, &mut s);
-            s.push('}');
+            out.extend_from_slice(b"{\"error\": {\"class\": ");
+            write_str(e.class.as_str(), out);
+            out.extend_from_slice(b", \"desc\": ");
+            write_str(&e.desc, out);
+            out.push(b'}');
         }
     }
     if let Some(id) = &reply.id {
-        s.push_str(", \"id\": ");
-        write_value(id, &mut s);
+        out.extend_from_slice(b", \"id\": ");
+        write_value(id, out);
     }
-    s.push_str("}\n");
-    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(b"}\n");
 }
 
 /// Serializes `value` the way QEMU's `qobject_to_json()` does (compact but with `": "` and `", "`).
+///
+/// The output is pure ASCII: everything else is escaped.
 pub fn to_qemu_json(value: &Value) -> String {
-    let mut s = String::new();
-    write_value(value, &mut s);
-    s
+    let mut out = Vec::new();
+    write_value(value, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
-fn write_value(v: &Value, s: &mut String) {
+fn write_value(v: &Value, out: &mut Vec<u8>) {
     match v {
-        Value::Null => s.push_str("null"),
-        Value::Bool(b) => s.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(n, s),
-        Value::String(x) => write_str(x, s),
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => write_number(n, out),
+        Value::String(x) => write_str(x, out),
         Value::Array(a) => {
-            s.push('[');
+            out.push(b'[');
             for (i, item) in a.iter().enumerate() {
                 if i > 0 {
-                    s.push_str(", ");
+                    out.extend_from_slice(b", ");
                 }
-                write_value(item, s);
+                write_value(item, out);
             }
-            s.push(']');
+            out.push(b']');
         }
-        Value::Object(m) => write_object(m, s),
+        Value::Object(m) => write_object(m, out),
     }
 }
 
-fn write_object(m: &Map<String, Value>, s: &mut String) {
-    s.push('{');
+fn write_object(m: &Map<String, Value>, out: &mut Vec<u8>) {
+    out.push(b'{');
     for (i, (k, v)) in m.iter().enumerate() {
         if i > 0 {
-            s.push_str(", ");
+            out.extend_from_slice(b", ");
         }
-        write_str(k, s);
-        s.push_str(": ");
-        write_value(v, s);
+        write_str(k, out);
+        out.extend_from_slice(b": ");
+        write_value(v, out);
     }
-    s.push('}');
+    out.push(b'}');
 }
 
-fn write_number(n: &Number, s: &mut String) {
-    if let Some(i) = n.as_i64() {
-        s.push_str(&i.to_string());
+fn write_number(n: &Number, out: &mut Vec<u8>) {
+    let text = if let Some(i) = n.as_i64() {
+        i.to_string()
     } else if let Some(u) = n.as_u64() {
-        s.push_str(&u.to_string());
-    } else if let Some(f) = n.as_f64() {
-        s.push_str(&format_g17(f));
-    }
+        u.to_string()
+    } else {
+        format_g17(n.as_f64().unwrap_or(0.0))
+    };
+    out.extend_from_slice(text.as_bytes());
 }
 
-/// C's `printf("%.17g", f)` (what QEMU's `qnum_to_string()` uses for doubles).
+/// C's `printf("%.17g", f)` (what QEMU's JSON writer uses for doubles).
 pub fn format_g17(f: f64) -> String {
     if f.is_nan() {
         return if f.is_sign_negative() { "-nan" } else { "nan" }.to_owned();
@@ -157,32 +160,44 @@ fn trim_fraction(s: &str) -> &str {
     }
 }
 
-fn write_str(x: &str, s: &mut String) {
-    s.push('"');
-    for c in x.chars() {
+fn hex4(v: u32, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.extend_from_slice(b"\\u");
+    for shift in [12, 8, 4, 0] {
+        out.push(HEX[((v >> shift) & 0xF) as usize]);
+    }
+}
+
+/// QEMU's `quoted_str()`: runs of printable ASCII are copied, everything else is escaped.
+fn write_str(x: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let mut start = 0;
+    for (i, c) in x.char_indices() {
+        let cp = c as u32;
+        if (0x20..0x7F).contains(&cp) && c != '"' && c != '\\' {
+            continue;
+        }
+        out.extend_from_slice(&x.as_bytes()[start..i]);
+        start = i + c.len_utf8();
         match c {
-            '"' => s.push_str("\\\""),
-            '\\' => s.push_str("\\\\"),
-            '\u{8}' => s.push_str("\\b"),
-            '\u{c}' => s.push_str("\\f"),
-            '\n' => s.push_str("\\n"),
-            '\r' => s.push_str("\\r"),
-            '\t' => s.push_str("\\t"),
-            c if (c as u32) < 0x20 || (0x7F..=0xFFFF).contains(&(c as u32)) => {
-                s.push_str(&format!("\\u{:04X}", c as u32));
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            '\u{8}' => out.extend_from_slice(b"\\b"),
+            '\u{c}' => out.extend_from_slice(b"\\f"),
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            _ if !is_valid_codepoint(cp) => hex4(0xFFFD, out),
+            _ if cp > 0xFFFF => {
+                let v = cp - 0x10000;
+                hex4(0xD800 + (v >> 10), out);
+                hex4(0xDC00 + (v & 0x3FF), out);
             }
-            c if (c as u32) > 0xFFFF => {
-                let v = c as u32 - 0x10000;
-                s.push_str(&format!(
-                    "\\u{:04X}\\u{:04X}",
-                    0xD800 + (v >> 10),
-                    0xDC00 + (v & 0x3FF)
-                ));
-            }
-            c => s.push(c),
+            _ => hex4(cp, out),
         }
     }
-    s.push('"');
+    out.extend_from_slice(&x.as_bytes()[start..]);
+    out.push(b'"');
 }
 
 /// What the host-side [`ReplyDecoder`] found in the agent's output.
