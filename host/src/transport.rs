@@ -205,7 +205,9 @@ impl StreamTransport {
         debug!(id, "sent guest-sync-delimited");
         loop {
             match self.read_event(deadline) {
-                Ok(Some(ReplyEvent::Reply(Reply { body: Ok(v), .. }))) if v.as_i64() == Some(id) => {
+                Ok(Some(ReplyEvent::Reply(Reply { body: Ok(v), .. })))
+                    if v.as_i64() == Some(id) =>
+                {
                     debug!(id, "agent in sync");
                     return Ok(());
                 }
@@ -258,9 +260,13 @@ impl Transport for StreamTransport {
         let deadline = Instant::now() + timeout;
         loop {
             match self.read_event(deadline)? {
-                Some(ReplyEvent::Reply(reply)) if reply.id.as_ref() == Some(&id) => return Ok(reply_value(reply)),
+                Some(ReplyEvent::Reply(reply)) if reply.id.as_ref() == Some(&id) => {
+                    return Ok(reply_value(reply))
+                }
                 Some(ReplyEvent::Reply(reply)) => debug!(?reply, "ignoring reply with another id"),
-                Some(ReplyEvent::Garbage { line, error }) => warn!(%line, %error, "ignoring garbage from the agent"),
+                Some(ReplyEvent::Garbage { line, error }) => {
+                    warn!(%line, %error, "ignoring garbage from the agent")
+                }
                 Some(ReplyEvent::TooLarge { limit }) => {
                     self.conn = None;
                     return Err(Error::ReplyTooLarge(limit));
@@ -291,7 +297,10 @@ fn reply_value(reply: Reply) -> Value {
             m.insert("return".into(), v);
         }
         Err(e) => {
-            m.insert("error".into(), json!({"class": e.class.as_str(), "desc": e.desc}));
+            m.insert(
+                "error".into(),
+                json!({"class": e.class.as_str(), "desc": e.desc}),
+            );
         }
     }
     if let Some(id) = reply.id {

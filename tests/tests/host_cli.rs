@@ -29,7 +29,10 @@ fn guestlink_bin() -> &'static PathBuf {
             .current_dir(workspace_root())
             .status()
             .expect("running cargo build -p guestlink");
-        assert!(status.success(), "cargo build -p guestlink failed: {status}");
+        assert!(
+            status.success(),
+            "cargo build -p guestlink failed: {status}"
+        );
         target_dir().join("debug").join("guestlink")
     })
 }
@@ -37,9 +40,16 @@ fn guestlink_bin() -> &'static PathBuf {
 /// Runs `guestlink --socket SOCK ARGS…`, feeding `stdin` (none: /dev/null).
 fn guestlink(sock: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut cmd = Command::new(guestlink_bin());
-    cmd.arg("--socket").arg(sock).args(args).env_remove("GUESTLINK_SOCKET");
+    cmd.arg("--socket")
+        .arg(sock)
+        .args(args)
+        .env_remove("GUESTLINK_SOCKET");
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     let mut child = cmd.spawn().expect("spawn guestlink");
     if let Some(data) = stdin {
         let mut pipe = child.stdin.take().expect("stdin pipe");
@@ -55,7 +65,12 @@ fn text(b: &[u8]) -> String {
 /// Runs guestlink and asserts success.
 fn ok(sock: &Path, args: &[&str]) -> String {
     let out = guestlink(sock, args, None);
-    assert!(out.status.success(), "guestlink {args:?}: {}\nstderr: {}", out.status, text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "guestlink {args:?}: {}\nstderr: {}",
+        out.status,
+        text(&out.stderr)
+    );
     text(&out.stdout)
 }
 
@@ -65,7 +80,10 @@ fn json(sock: &Path, args: &[&str]) -> Value {
     a.extend_from_slice(args);
     let out = ok(sock, &a);
     let mut docs = serde_json::Deserializer::from_str(&out).into_iter::<Value>();
-    let doc = docs.next().expect("a JSON document").unwrap_or_else(|e| panic!("bad JSON {out:?}: {e}"));
+    let doc = docs
+        .next()
+        .expect("a JSON document")
+        .unwrap_or_else(|e| panic!("bad JSON {out:?}: {e}"));
     assert!(docs.next().is_none(), "more than one JSON document: {out}");
     doc
 }
@@ -78,7 +96,10 @@ fn start(kind: AgentKind) -> Option<Agent> {
 }
 
 fn sha256(data: &[u8]) -> String {
-    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 both_agents!(
@@ -141,7 +162,9 @@ both_agents!(
         let out = guestlink(&s, &["exec", "--", "sh", "-c", "kill -TERM $$"], None);
         assert_eq!(out.status.code(), Some(128 + 15));
 
-        let doc = json(&s, &["exec", "--", "sh", "-c", "echo hello; exit 3"]);
+        let out = guestlink(&s, &["--json", "exec", "--", "sh", "-c", "echo hello; exit 3"], None);
+        assert_eq!(out.status.code(), Some(3));
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
         assert_eq!(doc["status"], 3);
         assert_eq!(doc["exitcode"], 3);
         assert_eq!(doc["stdout"], "hello\n");
@@ -219,7 +242,11 @@ fn no_agent_errors() {
     // A path that does not exist.
     let out = guestlink(&dir.path().join("absent.sock"), &["ping"], None);
     assert_eq!(out.status.code(), Some(69));
-    assert!(text(&out.stderr).contains("does not exist"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // A socket file with no listener: refused until the sync timeout.
     let dead = dir.path().join("dead.sock");
@@ -227,7 +254,13 @@ fn no_agent_errors() {
     let out = guestlink(&dead, &["--connect-timeout", "1", "ping"], None);
     assert_eq!(out.status.code(), Some(69));
     let err = text(&out.stderr);
-    assert!(err.contains(&format!("no agent answered on {} within 1 s", dead.display())), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no agent answered on {} within 1 s",
+            dead.display()
+        )),
+        "{err}"
+    );
 
     // A listener that accepts and never answers (QEMU with no agent in the guest): the default 5 s sync timeout.
     let mute = dir.path().join("mute.sock");
@@ -247,7 +280,10 @@ fn no_agent_errors() {
         mute.display()
     );
     assert!(err.contains(&expected), "{err}");
-    assert!(took >= Duration::from_secs(5) && took < Duration::from_secs(30), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(30),
+        "{took:?}"
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON error document");
     assert_eq!(doc["error"]["exit_code"], 69);
     holder.join().expect("holder thread");
@@ -255,10 +291,16 @@ fn no_agent_errors() {
 
 #[test]
 fn man_and_completions() {
-    let out = Command::new(guestlink_bin()).arg("man").output().expect("man");
+    let out = Command::new(guestlink_bin())
+        .arg("man")
+        .output()
+        .expect("man");
     assert!(out.status.success());
     assert!(text(&out.stdout).contains(".TH guestlink"));
-    let out = Command::new(guestlink_bin()).args(["completions", "bash"]).output().expect("completions");
+    let out = Command::new(guestlink_bin())
+        .args(["completions", "bash"])
+        .output()
+        .expect("completions");
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("_guestlink()"));
 }
