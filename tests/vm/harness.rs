@@ -355,6 +355,87 @@ impl Qga {
     }
 }
 
+/// The test control port `org.guestlink.test.0`: a shell loop in the guest, one command line per request.
+#[derive(Debug)]
+pub struct Control {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+}
+
+impl Control {
+    pub fn connect(path: &Path) -> Control {
+        let w =
+            UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        w.set_read_timeout(Some(REPLY_TIMEOUT)).expect("timeout");
+        let r = BufReader::new(w.try_clone().expect("clone"));
+        Control { w, r }
+    }
+
+    /// Runs a shell command inside the guest; returns (output, exit status).
+    pub fn run(&mut self, cmd: &str) -> (String, i32) {
+        assert!(!cmd.contains('\n'), "one line per guest command");
+        writeln!(self.w, "{cmd}").expect("write test.sock");
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self
+                .r
+                .read_line(&mut line)
+                .unwrap_or_else(|e| panic!("guest `{cmd}`: {e}"));
+            assert!(n > 0, "control port closed during `{cmd}`");
+            if let Some(rc) = line.trim_end().strip_prefix("@@RC=") {
+                let rc = rc.trim_end_matches("@@").parse().unwrap_or(-1);
+                return (out.trim_end().to_string(), rc);
+            }
+            out.push_str(&line);
+        }
+    }
+
+    /// Like [`Control::run`] but asserts exit status 0.
+    pub fn run_ok(&mut self, cmd: &str) -> String {
+        let (out, rc) = self.run(cmd);
+        assert_eq!(rc, 0, "guest `{cmd}` failed: {out}");
+        out
+    }
+
+    /// The writer's counter (it appends to /mnt/data/progress and then publishes the value in /run/progress).
+    pub fn progress(&mut self) -> u64 {
+        for _ in 0..20 {
+            let (out, _) = self.run("cat /run/progress");
+            if let Ok(n) = out.trim().parse() {
+                return n;
+            }
+        }
+        panic!("no progress counter in the guest");
+    }
+
+    /// Polls until the counter moves past `from` (true) or `timeout` passes (false).
+    pub fn progress_moves(&mut self, from: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.progress() > from {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// Best-effort dump of the agent log (for failure reports).
+    pub fn dump_agent_log(&mut self) {
+        let _ = self.w.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = writeln!(self.w, "tail -n 30 /run/agent.log");
+        let mut s = String::new();
+        for _ in 0..40 {
+            s.clear();
+            if self.r.read_line(&mut s).unwrap_or(0) == 0 || s.starts_with("@@RC=") {
+                break;
+            }
+            eprint!("agent.log: {s}");
+        }
+    }
+}
+
 /// A running micro-VM; dropping it stops QEMU (QMP quit, then SIGKILL) and removes the scratch dir.
 #[derive(Debug)]
 pub struct Vm {
@@ -362,7 +443,7 @@ pub struct Vm {
     pub dir: tempfile::TempDir,
     pub child: Child,
     pub qmp: Qmp,
-    control: Option<(UnixStream, BufReader<UnixStream>)>,
+    control: Option<Control>,
     pub booted_at: Instant,
 }
 
@@ -443,60 +524,31 @@ impl Vm {
         q
     }
 
+    fn control(&mut self) -> &mut Control {
+        if self.control.is_none() {
+            self.control = Some(Control::connect(&self.path("test.sock")));
+        }
+        self.control.as_mut().expect("control connected above")
+    }
+
     /// Runs a shell command inside the guest; returns (output, exit status).
     pub fn guest(&mut self, cmd: &str) -> (String, i32) {
-        assert!(!cmd.contains('\n'), "one line per guest command");
-        if self.control.is_none() {
-            let s = UnixStream::connect(self.path("test.sock")).expect("connect test.sock");
-            s.set_read_timeout(Some(REPLY_TIMEOUT)).expect("timeout");
-            let r = BufReader::new(s.try_clone().expect("clone"));
-            self.control = Some((s, r));
-        }
-        let (w, r) = self.control.as_mut().expect("control connected above");
-        writeln!(w, "{cmd}").expect("write test.sock");
-        let mut out = String::new();
-        loop {
-            let mut line = String::new();
-            let n = r
-                .read_line(&mut line)
-                .unwrap_or_else(|e| panic!("guest `{cmd}`: {e}"));
-            assert!(n > 0, "control port closed during `{cmd}`");
-            if let Some(rc) = line.trim_end().strip_prefix("@@RC=") {
-                let rc = rc.trim_end_matches("@@").parse().unwrap_or(-1);
-                return (out.trim_end().to_string(), rc);
-            }
-            out.push_str(&line);
-        }
+        self.control().run(cmd)
     }
 
     /// Like [`Vm::guest`] but asserts exit status 0.
     pub fn guest_ok(&mut self, cmd: &str) -> String {
-        let (out, rc) = self.guest(cmd);
-        assert_eq!(rc, 0, "guest `{cmd}` failed: {out}");
-        out
+        self.control().run_ok(cmd)
     }
 
-    /// The writer's counter (it appends to /mnt/data/progress and then publishes the value in /run/progress).
+    /// The guest writer's progress counter.
     pub fn progress(&mut self) -> u64 {
-        for _ in 0..20 {
-            let (out, _) = self.guest("cat /run/progress");
-            if let Ok(n) = out.trim().parse() {
-                return n;
-            }
-        }
-        panic!("no progress counter in the guest");
+        self.control().progress()
     }
 
     /// Polls until the counter moves past `from` (true) or `timeout` passes (false).
     pub fn progress_moves(&mut self, from: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.progress() > from {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
+        self.control().progress_moves(from, timeout)
     }
 
     /// The current agent pid inside the guest (from the supervise loop).
@@ -569,17 +621,8 @@ impl Drop for Vm {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- guest console ---\n{}", self.console());
-            if let Some((w, r)) = self.control.as_mut() {
-                let _ = w.set_read_timeout(Some(Duration::from_secs(5)));
-                let _ = writeln!(w, "tail -n 30 /run/agent.log");
-                let mut s = String::new();
-                for _ in 0..40 {
-                    s.clear();
-                    if r.read_line(&mut s).unwrap_or(0) == 0 || s.starts_with("@@RC=") {
-                        break;
-                    }
-                    eprint!("agent.log: {s}");
-                }
+            if let Some(c) = self.control.as_mut() {
+                c.dump_agent_log();
             }
         }
         self.stop();
