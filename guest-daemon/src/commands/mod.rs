@@ -11,7 +11,9 @@ pub mod exec;
 pub mod file;
 pub mod network;
 pub mod osinfo;
+pub mod power;
 mod run;
+pub mod ssh;
 pub mod system;
 pub mod users;
 

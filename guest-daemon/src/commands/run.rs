@@ -31,7 +31,18 @@ pub async fn run_command(
         // Own process group, so a terminal signal to the daemon doesn't reach the helper (qemu-ga uses setsid()).
         .process_group(0)
         .kill_on_drop(false);
-    let mut child = match cmd.spawn() {
+    let mut spawned = cmd.spawn();
+    // ETXTBSY: a freshly written helper may still be open for writing in a concurrently forked child; retry.
+    for _ in 0..20 {
+        match &spawned {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                spawned = cmd.spawn();
+            }
+            _ => break,
+        }
+    }
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             // qemu-ga forks and the child reports "failed to exec 'X': strerror" through the output pipe, then
