@@ -241,7 +241,7 @@ pub fn pull(
     let dir = dest
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+        .unwrap_or_else(|| Path::new("."));
     let file_name = dest
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -192,14 +192,9 @@ impl CmdRunner for HostRunner {
                     warn!("command timed out, killing it");
                     signal_group(child.id(), Signal::SIGTERM);
                     let until = Instant::now() + KILL_AFTER;
-                    loop {
-                        match self.wait_step(&mut child, until) {
-                            Wait::Done(_) => break,
-                            Wait::Signal(_) | Wait::Deadline => {
-                                Self::kill(&mut child);
-                                break;
-                            }
-                        }
+                    // A signal during the grace period escalates to SIGKILL right away.
+                    if !matches!(self.wait_step(&mut child, until), Wait::Done(_)) {
+                        Self::kill(&mut child);
                     }
                     return CmdOutcome::TimedOut;
                 }

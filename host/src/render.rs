@@ -143,10 +143,10 @@ pub fn quiesce(r: &QuiesceReport, quiet: bool) {
     match &r.command {
         CmdOutcome::TimedOut => eprintln!("guestlink: the command timed out and was killed"),
         CmdOutcome::SpawnFailed { error, .. } => {
-            eprintln!("guestlink: cannot run the command: {error}")
+            eprintln!("guestlink: cannot run the command: {error}");
         }
         CmdOutcome::Interrupted { signal } => {
-            eprintln!("guestlink: interrupted by signal {signal}")
+            eprintln!("guestlink: interrupted by signal {signal}");
         }
         _ => {}
     }

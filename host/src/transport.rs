@@ -265,7 +265,7 @@ impl Transport for StreamTransport {
                 }
                 Some(ReplyEvent::Reply(reply)) => debug!(?reply, "ignoring reply with another id"),
                 Some(ReplyEvent::Garbage { line, error }) => {
-                    warn!(%line, %error, "ignoring garbage from the agent")
+                    warn!(%line, %error, "ignoring garbage from the agent");
                 }
                 Some(ReplyEvent::TooLarge { limit }) => {
                     self.conn = None;
