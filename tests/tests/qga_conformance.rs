@@ -363,6 +363,7 @@ both_agents! {
             args["capture-output"] = json!(true);
             r = c.call("guest-exec", Some(args));
         }
+        assert!(r.get("return").is_some(), "guest-exec: {r}");
         let st = exec_wait(&mut c, &r["return"]["pid"]);
         assert_eq!(b64(&st["out-data"]), b"stdout\nstdout\n", "{st}");
         assert_eq!(b64(&st["err-data"]), b"stderr\nstderr\n", "{st}");
@@ -379,6 +380,7 @@ both_agents! {
             finish(agent, c);
             return;
         }
+        assert!(r.get("return").is_some(), "guest-exec: {r}");
         let st = exec_wait(&mut c, &r["return"]["pid"]);
         assert_eq!(b64(&st["out-data"]), b"stdout\nstderr\nstdout\nstderr\n", "{st}");
         assert!(st.get("err-data").is_none(), "{st}");
