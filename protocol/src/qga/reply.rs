@@ -9,6 +9,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::qga::error::QgaError;
 use crate::qga::stream::utf8::is_valid_codepoint;
+use crate::qga::stream::{JsonStreamer, Limits, StreamEvent};
 
 /// The 0xFF sentinel that precedes a `guest-sync-delimited` reply.
 pub const DELIMITER: u8 = 0xFF;
@@ -337,9 +338,9 @@ impl ReplyDecoder {
             line: String::from_utf8_lossy(&trimmed[..trimmed.len().min(256)]).into_owned(),
             error,
         };
-        let value: Value = match serde_json::from_slice(trimmed) {
+        let value = match parse_line(trimmed, self.max_reply) {
             Ok(v) => v,
-            Err(e) => return Some(garbage(e.to_string())),
+            Err(e) => return Some(garbage(e)),
         };
         match parse_reply_value(value) {
             Ok(mut reply) => {
@@ -348,6 +349,30 @@ impl ReplyDecoder {
             }
             Err(e) => Some(garbage(e)),
         }
+    }
+}
+
+/// Parses one reply line with the same (QEMU) JSON rules the agent side uses: exact doubles, i64/u64 integers.
+fn parse_line(line: &[u8], max_reply: usize) -> Result<Value, String> {
+    let mut streamer = JsonStreamer::new(Limits {
+        max_token_bytes: max_reply.saturating_add(2),
+        max_tokens: usize::MAX,
+        max_depth: Limits::default().max_depth,
+    });
+    let mut events = streamer.feed(line);
+    events.extend(streamer.feed(b"\n"));
+    if !streamer.is_idle() {
+        return Err("incomplete JSON value".to_owned());
+    }
+    let mut events = events.into_iter();
+    match (events.next(), events.next()) {
+        (Some(StreamEvent::Value(v)), None) => Ok(v),
+        (Some(StreamEvent::Error(e)), _)
+        | (Some(StreamEvent::Value(_)), Some(StreamEvent::Error(e))) => Err(e.desc),
+        (Some(StreamEvent::Value(_)), Some(StreamEvent::Value(_))) => {
+            Err("more than one JSON value on a line".to_owned())
+        }
+        (None, _) => Err("no JSON value".to_owned()),
     }
 }
 
