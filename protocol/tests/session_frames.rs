@@ -25,6 +25,9 @@ fn frame(kind: u16, meta: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A predicate on the expected error.
+type ErrorCheck = fn(&SessionError) -> bool;
+
 fn decode_all(bytes: &[u8]) -> Vec<Result<SessionMessage, SessionError>> {
     FrameDecoder::new().feed(bytes)
 }
@@ -130,7 +133,7 @@ fn fatal_header_errors() {
 #[test]
 fn per_frame_errors_keep_the_stream_usable() {
     let next = encode(&SessionMessage::FileXferCancel { id: 9 }).unwrap();
-    let cases: Vec<(Vec<u8>, fn(&SessionError) -> bool)> = vec![
+    let cases: Vec<(Vec<u8>, ErrorCheck)> = vec![
         (frame(999, b"{}", &[]), |e| {
             matches!(e, SessionError::UnknownKind(999))
         }),
