@@ -1,0 +1,332 @@
+//! Freeze algorithm tests with the fake ioctls (never the real FIFREEZE).
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::AtomicUsize;
+
+use super::ops::fake::{Call, FakeOps};
+use super::*;
+
+const MOUNTINFO: &str = "\
+22 1 8:1 / / rw - ext4 /dev/sda1 rw
+23 22 0:21 / /proc rw - proc proc rw
+24 22 8:2 / /var rw - xfs /dev/sda2 rw
+25 24 8:3 / /var/lib rw - ext4 /dev/sda3 rw
+26 22 0:23 / /run rw - tmpfs tmpfs rw
+27 22 8:2 / /bind rw - xfs /dev/sda2 rw
+";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    ops: Arc<FakeOps>,
+    changes: Arc<AtomicUsize>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mountinfo"), MOUNTINFO).unwrap();
+        let ops = Arc::new(FakeOps::default());
+        *ops.marker.lock().unwrap() = Some(dir.path().join(crate::state::ISFROZEN_NAME));
+        Fixture {
+            dir,
+            ops,
+            changes: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn hook(&self, body: &str) -> Hook {
+        let p = self.dir.path().join("hook");
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"$1\" >> '{}/hook.log'\n{body}\n",
+                self.dir.path().display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Hook {
+            path: p,
+            timeout: Some(Duration::from_secs(60)),
+        }
+    }
+
+    fn hook_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("hook.log")).unwrap_or_default()
+    }
+
+    fn freezer(
+        &self,
+        hook: Option<Hook>,
+        failure: HookFailure,
+        auto_thaw: Option<Duration>,
+    ) -> Arc<Freezer> {
+        let changes = Arc::clone(&self.changes);
+        Freezer::new(
+            self.ops.clone(),
+            FreezeConfig {
+                mountinfo: self.dir.path().join("mountinfo"),
+                hook,
+                hook_failure: failure,
+                auto_thaw,
+            },
+            StateDir::new(self.dir.path()),
+            Arc::new(move |_| {
+                changes.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap()
+    }
+
+    fn marker_exists(&self) -> bool {
+        self.dir.path().join(crate::state::ISFROZEN_NAME).exists()
+    }
+}
+
+fn freezes(calls: &[Call]) -> Vec<&str> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Freeze(d, _) => Some(d.as_str()),
+            Call::Thaw(_) => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn freezes_in_reverse_order_and_thaws_forward() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    assert_eq!(f.status(), "thawed");
+    // /bind is the same fs as /var: the fake says EBUSY like the kernel would for a second FIFREEZE.
+    fx.ops.fail_freeze("/var", OpError::Ioctl(Errno::EBUSY));
+    let n = f.freeze(None).await.unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(freezes(&fx.ops.calls()), ["/bind", "/var/lib", "/var", "/"]);
+    // The marker existed before the very first FIFREEZE.
+    assert!(fx
+        .ops
+        .calls()
+        .iter()
+        .all(|c| !matches!(c, Call::Freeze(_, false))));
+    assert!(f.is_frozen() && fx.marker_exists());
+    assert_eq!(f.status(), "frozen");
+
+    let thawed = f.thaw().await.unwrap();
+    assert_eq!(thawed, 3);
+    assert!(fx.ops.frozen().is_empty());
+    assert!(!f.is_frozen() && !fx.marker_exists());
+    let thaw_order: Vec<String> = fx
+        .ops
+        .calls()
+        .iter()
+        .filter_map(|c| match c {
+            Call::Thaw(d) => Some(d.clone()),
+            Call::Freeze(..) => None,
+        })
+        .collect();
+    // Forward order; each mount is thawed until FITHAW fails (so each appears at least twice when it was frozen).
+    assert_eq!(thaw_order.first().map(String::as_str), Some("/"));
+    assert_eq!(thaw_order.iter().filter(|d| *d == "/var/lib").count(), 2);
+}
+
+#[tokio::test]
+async fn eopnotsupp_is_skipped_and_not_counted() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    fx.ops
+        .fail_freeze("/var/lib", OpError::Ioctl(Errno::EOPNOTSUPP));
+    assert_eq!(f.freeze(None).await.unwrap(), 3);
+    assert_eq!(fx.ops.frozen(), ["/", "/bind", "/var"].map(String::from));
+}
+
+#[tokio::test]
+async fn other_errno_thaws_everything() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    fx.ops.fail_freeze("/var", OpError::Ioctl(Errno::EIO));
+    let e = f.freeze(None).await.unwrap_err();
+    assert_eq!(e.to_string(), "failed to freeze /var: Input/output error");
+    assert!(
+        fx.ops.frozen().is_empty(),
+        "left frozen: {:?}",
+        fx.ops.frozen()
+    );
+    assert!(!f.is_frozen() && !fx.marker_exists());
+    let e = {
+        fx.ops.freeze_errors.lock().unwrap().clear();
+        fx.ops.fail_freeze("/", OpError::Open(Errno::EACCES));
+        f.freeze(None).await.unwrap_err()
+    };
+    assert_eq!(e.to_string(), "failed to open /: Permission denied");
+    assert!(fx.ops.frozen().is_empty());
+}
+
+#[tokio::test]
+async fn freeze_list_matches_exact_mountpoints() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    let list = vec![
+        "/var/lib".to_owned(),
+        "/nonexistent".to_owned(),
+        "/var/".to_owned(),
+        "/".to_owned(),
+    ];
+    assert_eq!(f.freeze(Some(list)).await.unwrap(), 2);
+    assert_eq!(freezes(&fx.ops.calls()), ["/var/lib", "/"]);
+    // Nothing matched: 0, and the state goes back to thawed without a thaw call.
+    f.thaw().await.unwrap();
+    let before = fx.ops.calls().len();
+    assert_eq!(f.freeze(Some(vec!["/nope".to_owned()])).await.unwrap(), 0);
+    assert_eq!(fx.ops.calls().len(), before);
+    assert!(!f.is_frozen() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn restart_while_frozen_starts_frozen_and_can_thaw() {
+    let fx = Fixture::new();
+    {
+        let f = fx.freezer(None, HookFailure::Abort, None);
+        f.freeze(None).await.unwrap();
+        // The daemon "dies" here, filesystems frozen, marker left behind.
+    }
+    assert!(fx.marker_exists());
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    assert!(f.is_frozen());
+    assert_eq!(f.status(), "frozen");
+    assert_eq!(f.thaw().await.unwrap(), 4);
+    assert!(!f.is_frozen() && !fx.marker_exists());
+    assert!(fx.ops.frozen().is_empty());
+}
+
+#[tokio::test]
+async fn hooks_run_around_freeze_and_thaw() {
+    let fx = Fixture::new();
+    let f = fx.freezer(Some(fx.hook("exit 0")), HookFailure::Abort, None);
+    f.freeze(None).await.unwrap();
+    f.thaw().await.unwrap();
+    assert_eq!(fx.hook_log(), "freeze\nthaw\n");
+}
+
+#[tokio::test]
+async fn failing_freeze_hook_aborts_with_nothing_frozen() {
+    let fx = Fixture::new();
+    let f = fx.freezer(
+        Some(fx.hook("[ \"$1\" = freeze ] && exit 4; exit 0")),
+        HookFailure::Abort,
+        None,
+    );
+    let e = f.freeze(None).await.unwrap_err();
+    assert_eq!(e.to_string(), "fsfreeze hook has failed with status 4");
+    assert!(fx.ops.calls().is_empty());
+    assert!(!f.is_frozen() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn failing_freeze_hook_ignored_on_request() {
+    let fx = Fixture::new();
+    let f = fx.freezer(
+        Some(fx.hook("[ \"$1\" = freeze ] && exit 4; exit 0")),
+        HookFailure::Ignore,
+        None,
+    );
+    assert_eq!(f.freeze(None).await.unwrap(), 4);
+    assert!(f.is_frozen());
+    f.thaw().await.unwrap();
+}
+
+#[tokio::test]
+async fn hook_timeout_aborts_the_freeze() {
+    let fx = Fixture::new();
+    let mut hook = fx.hook("[ \"$1\" = freeze ] && sleep 300; exit 0");
+    hook.timeout = Some(Duration::from_millis(300));
+    let f = fx.freezer(Some(hook), HookFailure::Abort, None);
+    let e = f.freeze(None).await.unwrap_err();
+    assert!(matches!(e, FreezeError::Hook(HookError::Timeout(_))), "{e}");
+    assert!(fx.ops.calls().is_empty());
+}
+
+#[tokio::test]
+async fn failing_thaw_hook_reports_error_after_thawing() {
+    let fx = Fixture::new();
+    let f = fx.freezer(
+        Some(fx.hook("[ \"$1\" = thaw ] && exit 2; exit 0")),
+        HookFailure::Abort,
+        None,
+    );
+    f.freeze(None).await.unwrap();
+    let e = f.thaw().await.unwrap_err();
+    assert_eq!(e.to_string(), "fsfreeze hook has failed with status 2");
+    assert!(!f.is_frozen() && fx.ops.frozen().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_thaw_fires_after_the_delay() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_secs(600)));
+    f.freeze(None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(599)).await;
+    assert_eq!(f.status(), "frozen");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The watchdog's thaw walk runs on the blocking pool: wait for it (real time does not advance here).
+    for _ in 0..1000 {
+        if !f.is_frozen() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(f.status(), "thawed");
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn manual_thaw_cancels_the_watchdog() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_secs(10)));
+    f.freeze(None).await.unwrap();
+    f.thaw().await.unwrap();
+    // A new freeze restarts the clock: the first timer must not thaw it at t=10.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    f.freeze(None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(f.status(), "frozen");
+    let thaws = fx
+        .ops
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Thaw(_)))
+        .count();
+    f.thaw().await.unwrap();
+    assert!(
+        fx.ops
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Thaw(_)))
+            .count()
+            > thaws
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_thaw_disabled_with_none() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    f.freeze(None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(100_000)).await;
+    assert_eq!(f.status(), "frozen");
+    f.thaw().await.unwrap();
+}
+
+#[tokio::test]
+async fn thaw_for_exit_only_when_frozen() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    f.thaw_for_exit().await;
+    assert!(fx.ops.calls().is_empty());
+    f.freeze(None).await.unwrap();
+    f.thaw_for_exit().await;
+    assert!(!f.is_frozen() && fx.ops.frozen().is_empty());
+    assert!(fx.changes.load(Ordering::SeqCst) >= 2);
+}

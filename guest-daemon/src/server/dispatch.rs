@@ -1,0 +1,130 @@
+//! One request, start to finish: envelope → schema lookup → policy → argument parsing → handler → reply.
+//!
+//! guest-sync, guest-sync-delimited, guest-ping, guest-info and guest-fsfreeze-* are answered here; everything
+//! else goes to the command handlers ([`Backend`], i.e. `commands::Services`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use guestlink_protocol::qga::schema::{find_command, Command, COMMANDS};
+use guestlink_protocol::qga::{QgaError, Reply, Request};
+use serde_json::{json, Value};
+
+use super::policy::Policy;
+use crate::freeze::Freezer;
+
+/// The command handlers behind the core.
+pub trait Backend: Send + Sync {
+    /// Run one parsed command.
+    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Value, QgaError>> + Send;
+}
+
+/// The dispatch core.
+#[derive(Debug)]
+pub struct Dispatcher<B> {
+    backend: B,
+    freezer: Arc<Freezer>,
+    policy: Policy,
+    version: String,
+}
+
+impl<B: Backend> Dispatcher<B> {
+    /// A dispatcher. `version` is what `guest-info` reports.
+    pub fn new(backend: B, freezer: Arc<Freezer>, policy: Policy, version: String) -> Self {
+        Dispatcher {
+            backend,
+            freezer,
+            policy,
+            version,
+        }
+    }
+
+    /// The freezer (for the signal handler).
+    pub fn freezer(&self) -> &Arc<Freezer> {
+        &self.freezer
+    }
+
+    /// `guest-info`: every command of the schema that exists on Linux, in qemu-ga's (reversed) order.
+    pub fn guest_info(&self) -> Value {
+        let frozen = self.freezer.is_frozen();
+        let cmds: Vec<Value> = COMMANDS
+            .iter()
+            .rev()
+            .filter(|c| c.linux)
+            .map(|c| {
+                json!({
+                    "enabled": self.policy.is_enabled(c.name, frozen),
+                    "name": c.name,
+                    "success-response": c.success_response,
+                })
+            })
+            .collect();
+        json!({ "version": self.version, "supported_commands": cmds })
+    }
+
+    /// Handle one top-level JSON value; `None` when nothing is to be sent (success of a no-response command).
+    pub async fn handle(&self, value: Value) -> Option<Reply> {
+        let req = match Request::from_value(value) {
+            Ok(r) => r,
+            Err(e) => return Some(Reply::err(e.id, e.error)),
+        };
+        let id = req.id.clone();
+        let name = req.execute.as_str();
+        // Commands qemu-ga doesn't build for Linux (guest-get-devices) don't exist here (QEMU >= 9.1 behaviour).
+        if !find_command(name).is_some_and(|c| c.linux) {
+            tracing::debug!(command = name, "unknown command");
+            return Some(Reply::err(id, QgaError::not_found(name)));
+        }
+        if let Err(e) = self.policy.check(name, self.freezer.is_frozen()) {
+            tracing::debug!(command = name, "refused: {}", e.desc);
+            return Some(Reply::err(id, e));
+        }
+        let cmd = match req.command() {
+            Ok(c) => c,
+            Err(e) => return Some(Reply::err(id, e)),
+        };
+        tracing::debug!(command = name, id = ?req.id, "executing");
+        let success_response = cmd.success_response();
+        let mut delimited = false;
+        let result = match cmd {
+            Command::GuestSync(a) => Ok(json!(a.id)),
+            Command::GuestSyncDelimited(a) => {
+                delimited = true;
+                Ok(json!(a.id))
+            }
+            Command::GuestPing => Ok(json!({})),
+            Command::GuestInfo => Ok(self.guest_info()),
+            Command::GuestFsfreezeStatus => Ok(json!(self.freezer.status())),
+            Command::GuestFsfreezeFreeze => self.freeze(None).await,
+            Command::GuestFsfreezeFreezeList(a) => self.freeze(a.mountpoints).await,
+            Command::GuestFsfreezeThaw => self
+                .freezer
+                .thaw()
+                .await
+                .map(|n| json!(n))
+                .map_err(|e| QgaError::generic(e.to_string())),
+            other => self.backend.execute(other).await,
+        };
+        match &result {
+            Ok(_) => tracing::debug!(command = name, "ok"),
+            Err(e) => tracing::debug!(command = name, "error: {}", e.desc),
+        }
+        match result {
+            Ok(_) if !success_response => None,
+            Ok(v) => Some(Reply {
+                id,
+                body: Ok(v),
+                delimited,
+            }),
+            Err(e) => Some(Reply::err(id, e)),
+        }
+    }
+
+    async fn freeze(&self, only: Option<Vec<String>>) -> Result<Value, QgaError> {
+        self.freezer
+            .freeze(only)
+            .await
+            .map(|n| json!(n))
+            .map_err(|e| QgaError::generic(e.to_string()))
+    }
+}

@@ -1,0 +1,260 @@
+//! virtio-serial / isa-serial: a character device opened once (`O_RDWR|O_NONBLOCK|O_NOCTTY|O_CLOEXEC`) and kept
+//! open for the daemon's lifetime, because every close/reopen makes libvirt drop its agent connection.
+//!
+//! While no host is connected a virtio port reads EOF (and polls as HUP); a pty whose other side is closed reads
+//! EIO. Both mean "no host": sleep [`NO_HOST_BACKOFF`] and poll again — at most ~10 wake-ups per second, never a
+//! spin. Only errors that say the device itself is gone (ENODEV, ENXIO, EBADF) end the channel (`-r` re-opens it).
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::sys::termios::{self, BaudRate, SetArg, SpecialCharacterIndices};
+use tokio::io::unix::AsyncFd;
+
+use super::{TransportError, NO_HOST_BACKOFF};
+
+/// An open character device.
+#[derive(Debug)]
+pub struct Chardev {
+    fd: AsyncFd<OwnedFd>,
+    path: String,
+    host_present: bool,
+    /// Number of read(2) calls, for the no-spin tests.
+    reads: Arc<AtomicU64>,
+}
+
+fn is_lost(e: Errno) -> bool {
+    matches!(e, Errno::ENODEV | Errno::ENXIO | Errno::EBADF)
+}
+
+/// Raw mode like qemu-ga's serial set-up (no echo, no line editing, no CR/LF mangling, VMIN=1/VTIME=0), plus
+/// 38400 baud for isa-serial. Applied to any tty (a pty standing in for a port must not echo).
+fn make_raw(fd: &OwnedFd, set_speed: bool) -> nix::Result<()> {
+    let mut tio = termios::tcgetattr(fd)?;
+    termios::cfmakeraw(&mut tio);
+    tio.control_chars[SpecialCharacterIndices::VMIN as usize] = 1;
+    tio.control_chars[SpecialCharacterIndices::VTIME as usize] = 0;
+    if set_speed {
+        termios::cfsetspeed(&mut tio, BaudRate::B38400)?;
+    }
+    termios::tcflush(fd, termios::FlushArg::TCIFLUSH)?;
+    termios::tcsetattr(fd, SetArg::TCSANOW, &tio)
+}
+
+impl Chardev {
+    /// Open the device. `isa` applies qemu-ga's serial settings (raw, 38400 baud, input flushed).
+    pub fn open(path: &Path, isa: bool) -> Result<Chardev, TransportError> {
+        let open_err = |source| TransportError::Open {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(open_err)?;
+        let fd = OwnedFd::from(file);
+        if nix::unistd::isatty(&fd).unwrap_or(false) {
+            if let Err(e) = make_raw(&fd, isa) {
+                if isa {
+                    return Err(open_err(io::Error::from(e)));
+                }
+                tracing::warn!("could not put {} in raw mode: {e}", path.display());
+            }
+        }
+        let fd = crate::sys::async_fd(fd).map_err(open_err)?;
+        Ok(Chardev {
+            fd,
+            path: path.display().to_string(),
+            host_present: true,
+            reads: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Counter of read(2) calls (tests).
+    pub fn read_counter(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.reads)
+    }
+
+    fn host_absent(&mut self, why: &str) {
+        if self.host_present {
+            tracing::debug!(path = %self.path, "no host connected ({why}); polling every 100 ms");
+            self.host_present = false;
+        }
+    }
+
+    /// Read at least one byte, waiting (without spinning) while no host is connected.
+    pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        loop {
+            let mut guard = self.fd.readable().await.map_err(TransportError::Lost)?;
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let res = guard.try_io(|inner| {
+                nix::unistd::read(inner.get_ref().as_fd(), buf).map_err(io::Error::from)
+            });
+            drop(guard);
+            match res {
+                Err(_would_block) => continue,
+                Ok(Ok(0)) => {
+                    self.host_absent("EOF");
+                    tokio::time::sleep(NO_HOST_BACKOFF).await;
+                }
+                Ok(Ok(n)) => {
+                    if !self.host_present {
+                        tracing::debug!(path = %self.path, "host connected");
+                        self.host_present = true;
+                    }
+                    return Ok(n);
+                }
+                Ok(Err(e)) => {
+                    let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+                    if errno == Errno::EINTR {
+                        continue;
+                    }
+                    if is_lost(errno) {
+                        return Err(TransportError::Lost(e));
+                    }
+                    self.host_absent(errno.desc());
+                    tokio::time::sleep(NO_HOST_BACKOFF).await;
+                }
+            }
+        }
+    }
+
+    /// Write everything, awaiting writability on EAGAIN (backpressure, no busy loop). If the other side is gone
+    /// (EIO/EPIPE), the rest of the reply is dropped: there is nobody to read it.
+    pub async fn write_all(&mut self, mut data: &[u8]) -> Result<(), TransportError> {
+        while !data.is_empty() {
+            let mut guard = self.fd.writable().await.map_err(TransportError::Lost)?;
+            let res = guard
+                .try_io(|inner| nix::unistd::write(inner.get_ref(), data).map_err(io::Error::from));
+            drop(guard);
+            match res {
+                Err(_would_block) => continue,
+                Ok(Ok(n)) => data = &data[n..],
+                Ok(Err(e)) => {
+                    let errno = Errno::from_raw(e.raw_os_error().unwrap_or(0));
+                    if errno == Errno::EINTR {
+                        continue;
+                    }
+                    if is_lost(errno) {
+                        return Err(TransportError::Lost(e));
+                    }
+                    tracing::debug!(path = %self.path, "reply dropped, no host: {e}");
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::fcntl::OFlag;
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    use std::time::Duration;
+
+    fn pty() -> (nix::pty::PtyMaster, String) {
+        let m = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY).unwrap();
+        grantpt(&m).unwrap();
+        unlockpt(&m).unwrap();
+        let name = ptsname_r(&m).unwrap();
+        (m, name)
+    }
+
+    #[tokio::test]
+    async fn passes_bytes_both_ways_in_raw_mode() {
+        let (master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        nix::unistd::write(&master, b"{\"execute\":\"guest-ping\"}").unwrap();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), dev.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        // Raw mode: no newline needed, no echo.
+        assert_eq!(&buf[..n], b"{\"execute\":\"guest-ping\"}");
+        dev.write_all(b"{\"return\": {}}\n").await.unwrap();
+        let mut out = [0u8; 64];
+        let n = nix::unistd::read(&master, &mut out).unwrap();
+        assert_eq!(&out[..n], b"{\"return\": {}}\n");
+    }
+
+    #[tokio::test]
+    async fn idle_peer_costs_no_reads() {
+        let (_master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        let reads = dev.read_counter();
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_millis(1000), dev.read(&mut buf)).await;
+        assert!(r.is_err(), "nothing was sent");
+        assert!(
+            reads.load(Ordering::Relaxed) <= 2,
+            "{} reads while idle",
+            reads.load(Ordering::Relaxed)
+        );
+    }
+
+    #[tokio::test]
+    async fn hangup_backs_off_instead_of_spinning() {
+        let (master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        drop(master); // The "host" goes away: the slave now reads EIO and polls as HUP forever.
+        let reads = dev.read_counter();
+        let cpu0 = cpu_time();
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_millis(1500), dev.read(&mut buf)).await;
+        assert!(r.is_err(), "read must keep waiting, not fail or return EOF");
+        let n = reads.load(Ordering::Relaxed);
+        // 100 ms back-off: ~15 reads in 1.5 s; allow slack for a loaded machine but far below a spin.
+        assert!((2..=40).contains(&n), "{n} reads in 1.5 s");
+        let cpu = cpu_time() - cpu0;
+        assert!(
+            cpu < Duration::from_millis(500),
+            "burned {cpu:?} CPU while the host was absent"
+        );
+    }
+
+    #[tokio::test]
+    async fn write_without_peer_does_not_hang() {
+        let (master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        drop(master);
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            dev.write_all(b"{\"return\": {}}\n"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+
+    #[test]
+    fn missing_device_is_an_open_error() {
+        assert!(matches!(
+            Chardev::open(Path::new("/nonexistent/port"), false),
+            Err(TransportError::Open { .. })
+        ));
+    }
+
+    /// CPU time of the calling thread (the current-thread test runtime runs everything on it), from
+    /// /proc/thread-self/stat fields 14 (utime) and 15 (stime), in clock ticks.
+    fn cpu_time() -> Duration {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = after.split(' ').collect();
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .unwrap()
+            .unwrap() as u64;
+        Duration::from_millis(ticks * 1000 / hz)
+    }
+}
