@@ -233,5 +233,31 @@ mod tests {
             CmdOutcome::SpawnFailed { code: 127, .. }
         ));
         assert_eq!(r.pending_signal(), None);
+
+        // A real SIGINT to guestlink while the command runs: caught (guestlink survives), forwarded to the
+        // command's process group, reported as Interrupted once the command has exited.
+        let me = nix::unistd::getpid();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            nix::sys::signal::kill(me, Signal::SIGINT).expect("kill self");
+        });
+        let t = Instant::now();
+        let outcome = r.run(
+            &sh("trap 'exit 42' INT; sleep 20 & wait"),
+            Duration::from_secs(60),
+        );
+        sender.join().expect("sender");
+        assert_eq!(outcome, CmdOutcome::Interrupted { signal: 2 });
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+
+        // A signal before the command starts (e.g. during the freeze) is reported, not lost.
+        nix::sys::signal::kill(me, Signal::SIGTERM).expect("kill self");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = None;
+        while got.is_none() && Instant::now() < deadline {
+            got = r.pending_signal();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(got, Some(15));
     }
 }

@@ -304,3 +304,120 @@ fn man_and_completions() {
     assert!(out.status.success());
     assert!(text(&out.stdout).contains("_guestlink()"));
 }
+
+both_agents!(
+    /// Freeze is on the block list of every agent this suite starts: quiesce must refuse to run the command,
+    /// exit 123, and say why. (A real freeze happens only in the micro-VM suite.)
+    fn quiesce_refuses_when_freeze_is_blocked(kind) {
+        let Some(agent) = start(kind) else { return };
+        let s = agent.sock.clone();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let marker = dir.path().join("ran");
+        let cmd = format!("touch {}", marker.display());
+        let out = guestlink(&s, &["--json", "quiesce", "--timeout", "30", "--", "sh", "-c", &cmd], None);
+        assert_eq!(out.status.code(), Some(123), "stderr: {}", text(&out.stderr));
+        assert!(!marker.exists(), "the command ran although the freeze failed");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert!(doc["freeze_error"].as_str().is_some_and(|e| e.contains("disabled")), "{doc}");
+        assert_eq!(doc["command"]["result"], "not-run");
+        let out = guestlink(&s, &["fsfreeze", "status"], None);
+        assert_eq!(text(&out.stdout).trim(), "thawed", "{}", text(&out.stderr));
+        agent.stop();
+    }
+);
+
+/// A stand-in for `virsh` that checks the argument shape guestlink uses and relays the JSON to a real agent
+/// socket (given in FAKE_VIRSH_SOCKET), printing the reply like `virsh qemu-agent-command` does.
+const FAKE_VIRSH: &str = r#"#!/usr/bin/env python3
+import json, os, socket, sys
+a = sys.argv[1:]
+uri = None
+if a[:1] == ["-c"]:
+    uri = a[1]; a = a[2:]
+assert a[0] == "qemu-agent-command" and a[1] == "--domain" and a[3] == "--timeout" and a[5] == "--cmd", a
+if a[2] != "vm1":
+    sys.stderr.write("error: failed to get domain '%s'\n" % a[2]); sys.exit(1)
+with open(os.environ["FAKE_VIRSH_LOG"], "a") as log:
+    log.write(json.dumps({"uri": uri, "timeout": a[4], "cmd": a[6]}) + "\n")
+s = socket.socket(socket.AF_UNIX); s.connect(os.environ["FAKE_VIRSH_SOCKET"]); s.settimeout(int(a[4]) + 5)
+s.sendall(b'{"execute":"guest-sync","arguments":{"id":777}}\n' + a[6].encode() + b"\n")
+buf = b""
+while buf.count(b"\n") < 2:
+    chunk = s.recv(1 << 20)
+    if not chunk: break
+    buf += chunk
+reply = json.loads(buf.split(b"\n")[1])
+if "error" in reply:
+    sys.stderr.write("error: internal error: unable to execute QEMU agent command '%s': %s\n"
+                     % (json.loads(a[6])["execute"], reply["error"]["desc"])); sys.exit(1)
+print(json.dumps(reply))
+"#;
+
+#[test]
+fn domain_goes_through_virsh_qemu_agent_command() {
+    let Some(agent) = start(AgentKind::QemuGa) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let virsh = dir.path().join("virsh");
+    std::fs::write(&virsh, FAKE_VIRSH).expect("write fake virsh");
+    std::fs::set_permissions(&virsh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let log = dir.path().join("virsh.log");
+    let run = |args: &[&str]| {
+        Command::new(guestlink_bin())
+            .args(args)
+            .env("GUESTLINK_VIRSH", &virsh)
+            .env("FAKE_VIRSH_SOCKET", &agent.sock)
+            .env("FAKE_VIRSH_LOG", &log)
+            .env_remove("GUESTLINK_SOCKET")
+            .stdin(Stdio::null())
+            .output()
+            .expect("guestlink")
+    };
+    let out = run(&[
+        "--domain",
+        "vm1",
+        "--libvirt-uri",
+        "qemu:///system",
+        "--json",
+        "osinfo",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let os: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(os["kernel-release"].is_string(), "{os}");
+    let calls: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("log line"))
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["uri"], "qemu:///system");
+    assert_eq!(calls[0]["timeout"], "5");
+    let cmd: Value =
+        serde_json::from_str(calls[0]["cmd"].as_str().expect("cmd")).expect("cmd JSON");
+    assert_eq!(cmd["execute"], "guest-get-osinfo");
+
+    // exec + file transfer work through the same path (each chunk is one virsh call).
+    let out = run(&[
+        "--domain",
+        "vm1",
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo via-virsh; exit 4",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "via-virsh\n");
+
+    // libvirt errors come through once, with virsh's text.
+    let out = run(&["--domain", "nope", "ping"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("failed to get domain 'nope'"),
+        "{}",
+        text(&out.stderr)
+    );
+    agent.stop();
+}
