@@ -90,3 +90,27 @@ pub fn async_fd<T: OwnsFd>(inner: T) -> std::io::Result<tokio::io::unix::AsyncFd
     // the owner) drops it.
     unsafe { tokio::io::unix::AsyncFd::register(inner) }.map_err(std::io::Error::from)
 }
+
+// ---- FITRIM, for commands/fstrim.rs (guest-fstrim); added by the commands owner ----
+
+/// `struct fstrim_range` (linux/fs.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FstrimRange {
+    /// First byte to trim.
+    pub start: u64,
+    /// Bytes to trim; on return, bytes trimmed.
+    pub len: u64,
+    /// Minimum extent length; on return, the value the filesystem used.
+    pub minlen: u64,
+}
+
+// FITRIM = _IOWR('X', 121, struct fstrim_range) (linux/fs.h).
+nix::ioctl_readwrite!(raw_fitrim, b'X', 121, FstrimRange);
+
+/// `ioctl(fd, FITRIM, range)` on an open directory of the filesystem. Never call this outside the micro-VM tests.
+pub fn fitrim(fd: BorrowedFd<'_>, range: &mut FstrimRange) -> Result<(), Errno> {
+    // SAFETY: `fd` is a valid open descriptor for the duration of the borrow, and `range` is an exclusive
+    // reference to a properly laid out `struct fstrim_range` that the kernel reads and writes back.
+    unsafe { raw_fitrim(fd.as_raw_fd(), range) }.map(drop)
+}

@@ -423,6 +423,33 @@ pub fn rename(from: &str, to: &str) -> CommandResult<()> {
         .map_err(|e| CommandError::io(format!("failed to rename '{from}' to '{to}'"), &e))
 }
 
+/// The extension `guestlink-file-sha256`: `{sha256: hex, size}` of a file, read in 1 MiB blocks.
+pub fn sha256(path: &str) -> CommandResult<serde_json::Value> {
+    use sha2::{Digest, Sha256};
+    let err = |e: &std::io::Error| CommandError::io(format!("failed to read file '{path}'"), e);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| err(&e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1024 * 1024];
+    let mut size: u64 = 0;
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.update(&buf[..n]);
+                size += n as u64;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(&e)),
+        }
+    }
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(serde_json::json!({ "sha256": hex, "size": size }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,6 +600,20 @@ mod tests {
         t.write(h, &b64(b"ping"), None).unwrap();
         let r = t.read(h, None).unwrap();
         assert_eq!((r.count, r.eof), (4, false));
+    }
+
+    #[test]
+    fn sha256_of_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("abc");
+        std::fs::write(&p, b"abc").unwrap();
+        let v = sha256(p.to_str().unwrap()).unwrap();
+        assert_eq!(
+            v["sha256"],
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(v["size"], 3);
+        assert!(sha256("/nonexistent/x").is_err());
     }
 
     #[test]

@@ -6,9 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod cpu_mem;
+pub mod disks;
 pub mod error;
 pub mod exec;
 pub mod file;
+pub mod fsinfo;
+pub mod fstrim;
 pub mod network;
 pub mod osinfo;
 pub mod power;
@@ -18,7 +21,14 @@ pub mod system;
 pub mod users;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use guestlink_protocol::qga::error::QgaError;
+use guestlink_protocol::qga::schema::{
+    Command, GuestExecCaptureOutputMode, GuestFileWhence, QgaSeek,
+};
+use serde_json::{json, Map, Value};
 
 pub use error::{CommandError, CommandResult};
 
@@ -103,20 +113,236 @@ impl Default for ServicesConfig {
     }
 }
 
+/// What a command returns: a JSON value, or the guest-file-read answer kept unserialized so the core can write the
+/// (up to 64 MiB) base64 string without copying it into a `Value` and again into the reply buffer.
+#[derive(Debug)]
+pub enum Payload {
+    /// Any other command's return value.
+    Value(Value),
+    /// guest-file-read: `{"count", "buf-b64", "eof"}`.
+    FileRead(file::FileRead),
+}
+
+impl Payload {
+    /// The return value as JSON (moves the base64 string, no copy).
+    pub fn into_value(self) -> Value {
+        match self {
+            Payload::Value(v) => v,
+            Payload::FileRead(r) => r.into_value(),
+        }
+    }
+}
+
 /// The command handlers and their state (open files, exec records).
 #[derive(Debug)]
 pub struct Services {
     cfg: ServicesConfig,
+    files: Arc<file::FileTable>,
+    exec: exec::ExecTable,
+}
+
+/// Runs blocking file-system work off the async threads.
+async fn blocking<T, F>(f: F) -> CommandResult<T>
+where
+    F: FnOnce() -> CommandResult<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(CommandError::generic(format!("internal error: {e}"))))
 }
 
 impl Services {
-    /// Creates the handlers; loads the handle counter from `<statedir>/qga.state`.
+    /// Creates the handlers; loads (or creates) the handle counter in `<statedir>/qga.state`.
     pub fn new(cfg: ServicesConfig) -> Result<Services, CommandError> {
-        Ok(Services { cfg })
+        let files = Arc::new(file::FileTable::new(&cfg.statedir, cfg.file_mode)?);
+        let exec = exec::ExecTable::new(cfg.exec.clone());
+        Ok(Services { cfg, files, exec })
     }
 
     /// The configuration in use.
     pub fn config(&self) -> &ServicesConfig {
         &self.cfg
     }
+
+    /// Runs one command and returns its QAPI return value (`{}` for commands without one).
+    ///
+    /// guest-sync(-delimited), guest-ping, guest-info and guest-fsfreeze-* belong to the core and give
+    /// `CommandNotFound` here.
+    pub async fn execute(&self, cmd: Command) -> Result<Value, CommandError> {
+        self.execute_payload(cmd).await.map(Payload::into_value)
+    }
+
+    /// Like [`Services::execute`], but guest-file-read's answer comes back as [`Payload::FileRead`].
+    pub async fn execute_payload(&self, cmd: Command) -> Result<Payload, CommandError> {
+        let cfg = &self.cfg;
+        let proc_root = cfg.proc_root.clone();
+        let sys_root = cfg.sys_root.clone();
+        let empty = || Value::Object(Map::new());
+        let v = match cmd {
+            Command::GuestGetTime => json!(system::get_time()),
+            Command::GuestGetHostName => system::get_host_name(),
+            Command::GuestGetTimezone => system::get_timezone(),
+            Command::GuestGetLoad => system::get_load(&proc_root)?,
+            Command::GuestGetOsinfo => system_blocking(osinfo::get_osinfo).await?,
+            Command::GuestGetUsers => users::get_users(std::path::Path::new("/var/run/utmp"))?,
+            Command::GuestGetVcpus => cpu_mem::get_vcpus(&sys_root)?,
+            Command::GuestGetMemoryBlocks => cpu_mem::get_memory_blocks(&sys_root)?,
+            Command::GuestGetMemoryBlockInfo => cpu_mem::get_memory_block_info(&sys_root)?,
+            Command::GuestGetCpustats => cpu_mem::get_cpustats(&proc_root)?,
+            Command::GuestGetDiskstats => cpu_mem::get_diskstats(&proc_root)?,
+            Command::GuestNetworkGetInterfaces => network::get_interfaces(&proc_root, &sys_root)?,
+            Command::GuestNetworkGetRoute => network::get_routes(&proc_root)?,
+            Command::GuestGetFsinfo => {
+                blocking(move || fsinfo::get_fsinfo(&proc_root, &sys_root)).await?
+            }
+            Command::GuestGetDisks => blocking(move || disks::get_disks(&sys_root)).await?,
+            Command::GuestGetDevices => return Err(CommandError::Unsupported),
+            Command::GuestSetTime(a) => {
+                let st = system::SetTime {
+                    hwclock: cfg.tools.hwclock.clone(),
+                };
+                st.run(a.time).await?;
+                empty()
+            }
+            Command::GuestShutdown(a) => {
+                power::shutdown(&cfg.tools, a.mode.as_deref()).await?;
+                empty()
+            }
+            Command::GuestSuspendDisk => {
+                power::suspend(&sys_root, power::SuspendMode::Disk).await?;
+                empty()
+            }
+            Command::GuestSuspendRam => {
+                power::suspend(&sys_root, power::SuspendMode::Ram).await?;
+                empty()
+            }
+            Command::GuestSuspendHybrid => {
+                power::suspend(&sys_root, power::SuspendMode::Hybrid).await?;
+                empty()
+            }
+            Command::GuestSetVcpus(a) => {
+                let list: Vec<(i64, bool)> =
+                    a.vcpus.iter().map(|v| (v.logical_id, v.online)).collect();
+                json!(cpu_mem::set_vcpus(&sys_root, &list)?)
+            }
+            Command::GuestSetMemoryBlocks(a) => {
+                let list: Vec<(u64, bool)> = a
+                    .mem_blks
+                    .iter()
+                    .map(|b| (b.phys_index, b.online))
+                    .collect();
+                cpu_mem::set_memory_blocks(&sys_root, &list)
+            }
+            Command::GuestSetUserPassword(a) => {
+                ssh::set_user_password(&cfg.tools.chpasswd, &a.username, &a.password, a.crypted)
+                    .await?;
+                empty()
+            }
+            Command::GuestSshGetAuthorizedKeys(a) => {
+                blocking(move || ssh::get_keys(&ssh::lookup(&a.username)?)).await?
+            }
+            Command::GuestSshAddAuthorizedKeys(a) => {
+                blocking(move || {
+                    // qemu-ga checks the keys before looking the user up.
+                    ssh::add_keys(
+                        &ssh::lookup_after_key_check(&a.username, &a.keys)?,
+                        &a.keys,
+                        a.reset.unwrap_or(false),
+                    )
+                })
+                .await?;
+                empty()
+            }
+            Command::GuestSshRemoveAuthorizedKeys(a) => {
+                blocking(move || {
+                    ssh::remove_keys(&ssh::lookup_after_key_check(&a.username, &a.keys)?, &a.keys)
+                })
+                .await?;
+                empty()
+            }
+            Command::GuestFstrim(a) => {
+                blocking(move || fstrim::fstrim(&proc_root, a.minimum)).await?
+            }
+            Command::GuestFileOpen(a) => {
+                let files = self.files.clone();
+                json!(blocking(move || files.open(&a.path, a.mode.as_deref())).await?)
+            }
+            Command::GuestFileClose(a) => {
+                self.files.close(a.handle)?;
+                empty()
+            }
+            Command::GuestFileRead(a) => {
+                let files = self.files.clone();
+                let r = blocking(move || files.read(a.handle, a.count)).await?;
+                return Ok(Payload::FileRead(r));
+            }
+            Command::GuestFileWrite(a) => {
+                let files = self.files.clone();
+                let (count, eof) =
+                    blocking(move || files.write(a.handle, &a.buf_b64, a.count)).await?;
+                json!({ "count": count, "eof": eof })
+            }
+            Command::GuestFileSeek(a) => {
+                let whence = match a.whence {
+                    GuestFileWhence::Value(v) => v,
+                    GuestFileWhence::Name(QgaSeek::Set) => 0,
+                    GuestFileWhence::Name(QgaSeek::Cur) => 1,
+                    GuestFileWhence::Name(QgaSeek::End) => 2,
+                };
+                let files = self.files.clone();
+                let (position, eof) =
+                    blocking(move || files.seek(a.handle, a.offset, whence)).await?;
+                json!({ "position": position, "eof": eof })
+            }
+            Command::GuestFileFlush(a) => {
+                let files = self.files.clone();
+                blocking(move || files.flush(a.handle)).await?;
+                empty()
+            }
+            Command::GuestExec(a) => {
+                let capture = match a.capture_mode() {
+                    GuestExecCaptureOutputMode::None => exec::Capture::None,
+                    GuestExecCaptureOutputMode::Stdout => exec::Capture::Stdout,
+                    GuestExecCaptureOutputMode::Stderr => exec::Capture::Stderr,
+                    GuestExecCaptureOutputMode::Separated => exec::Capture::Separated,
+                    GuestExecCaptureOutputMode::Merged => exec::Capture::Merged,
+                };
+                let req = exec::ExecRequest {
+                    path: a.path,
+                    args: a.arg.unwrap_or_default(),
+                    env: a.env,
+                    input_data: a.input_data,
+                    capture,
+                };
+                json!({ "pid": self.exec.spawn(&req)? })
+            }
+            Command::GuestExecStatus(a) => self.exec.status(a.pid)?,
+            Command::GuestlinkExecRead(a) => {
+                self.exec
+                    .read(a.pid, a.out_offset, a.err_offset, a.wait_ms)
+                    .await?
+            }
+            Command::GuestlinkFileRename(a) => {
+                blocking(move || file::rename(&a.from, &a.to)).await?;
+                empty()
+            }
+            Command::GuestlinkFileSha256(a) => blocking(move || file::sha256(&a.path)).await?,
+            other @ (Command::GuestPing
+            | Command::GuestInfo
+            | Command::GuestSync(_)
+            | Command::GuestSyncDelimited(_)
+            | Command::GuestFsfreezeStatus
+            | Command::GuestFsfreezeFreeze
+            | Command::GuestFsfreezeFreezeList(_)
+            | Command::GuestFsfreezeThaw) => {
+                return Err(CommandError::Qga(QgaError::not_found(other.name())));
+            }
+        };
+        Ok(Payload::Value(v))
+    }
+}
+
+async fn system_blocking(f: fn() -> Value) -> CommandResult<Value> {
+    blocking(move || Ok(f())).await
 }

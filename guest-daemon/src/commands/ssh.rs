@@ -44,6 +44,12 @@ pub fn lookup(username: &str) -> CommandResult<Account> {
     }
 }
 
+/// qemu-ga's order for add/remove: the keys are checked before the user is looked up.
+pub fn lookup_after_key_check(username: &str, keys: &[String]) -> CommandResult<Account> {
+    check_keys(keys)?;
+    lookup(username)
+}
+
 fn check_keys(keys: &[String]) -> CommandResult<()> {
     for k in keys {
         if k.starts_with('#') || k.contains('\n') {
