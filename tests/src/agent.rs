@@ -64,7 +64,10 @@ impl AgentKind {
 
 /// Path of the reference qemu-ga, if installed (Debian installs it in /usr/sbin).
 pub fn qemu_ga_path() -> Option<PathBuf> {
-    ["/usr/sbin/qemu-ga", "/usr/bin/qemu-ga"].iter().map(PathBuf::from).find(|p| p.exists())
+    ["/usr/sbin/qemu-ga", "/usr/bin/qemu-ga"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
 }
 
 /// Whether a missing reference peer must fail instead of skip (CI sets `GUESTLINK_REQUIRE_PEERS`).
@@ -77,7 +80,9 @@ pub fn binary(kind: AgentKind) -> Option<PathBuf> {
     match kind {
         AgentKind::QemuGa => match qemu_ga_path() {
             Some(p) => Some(p),
-            None if peers_required() => panic!("qemu-ga is not installed but GUESTLINK_REQUIRE_PEERS is set"),
+            None if peers_required() => {
+                panic!("qemu-ga is not installed but GUESTLINK_REQUIRE_PEERS is set")
+            }
             None => {
                 eprintln!("\n*** SKIPPED: qemu-ga is not installed (apt-get install qemu-guest-agent) ***\n");
                 None
@@ -97,7 +102,10 @@ pub fn target_dir() -> PathBuf {
 
 /// The workspace root (parent of this package's manifest dir).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// `guestlinkd`: `$GUESTLINKD` as given, else `cargo build -p guestlink-daemon` (once per test process, so the
@@ -114,7 +122,10 @@ pub fn guestlinkd_path() -> &'static PathBuf {
             .current_dir(workspace_root())
             .status()
             .expect("running cargo build -p guestlink-daemon");
-        assert!(status.success(), "cargo build -p guestlink-daemon failed: {status}");
+        assert!(
+            status.success(),
+            "cargo build -p guestlink-daemon failed: {status}"
+        );
         let p = target_dir().join("debug").join("guestlinkd");
         assert!(p.exists(), "{} missing after the build", p.display());
         p
@@ -169,8 +180,14 @@ impl AgentBuilder {
     /// Starts the agent, or returns `None` when the reference peer is missing (after a loud message).
     pub fn start(self) -> Option<Agent> {
         let bin = binary(self.kind)?;
-        let dir = tempfile::Builder::new().prefix("guestlink-qga-").tempdir().expect("temp dir");
-        let statedir = self.statedir.clone().unwrap_or_else(|| dir.path().join("state"));
+        let dir = tempfile::Builder::new()
+            .prefix("guestlink-qga-")
+            .tempdir()
+            .expect("temp dir");
+        let statedir = self
+            .statedir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("state"));
         fs::create_dir_all(&statedir).expect("create statedir");
         if self.frozen {
             fs::write(statedir.join("qga.state.isfrozen"), b"").expect("create isfrozen marker");
@@ -208,7 +225,9 @@ impl AgentBuilder {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         Some(Agent {
             kind: self.kind,
             child,
@@ -241,7 +260,15 @@ pub struct Agent {
 impl Agent {
     /// A builder for `kind`.
     pub fn builder(kind: AgentKind) -> AgentBuilder {
-        AgentBuilder { kind, args: Vec::new(), allow: None, config: String::new(), statedir: None, frozen: false, env: Vec::new() }
+        AgentBuilder {
+            kind,
+            args: Vec::new(),
+            allow: None,
+            config: String::new(),
+            statedir: None,
+            frozen: false,
+            env: Vec::new(),
+        }
     }
     /// Starts `kind` with extra arguments (`None`: reference peer missing, test skipped).
     pub fn start(kind: AgentKind, extra_args: &[&str]) -> Option<Agent> {
@@ -276,13 +303,21 @@ impl Agent {
             Ok(c) => c,
             Err(e) => {
                 let status = self.child.try_wait().ok().flatten();
-                panic!("{}: connect {}: {e} (exited: {status:?}); stderr:\n{}", self.kind.name(), self.sock.display(), self.stderr());
+                panic!(
+                    "{}: connect {}: {e} (exited: {status:?}); stderr:\n{}",
+                    self.kind.name(),
+                    self.sock.display(),
+                    self.stderr()
+                );
             }
         };
         c.sync();
         if !self.checked {
             let info = c.ok("guest-info", None);
-            let cmds = info["supported_commands"].as_array().cloned().unwrap_or_default();
+            let cmds = info["supported_commands"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             for entry in &cmds {
                 let name = entry["name"].as_str().unwrap_or("");
                 if DANGEROUS.contains(&name) && entry["enabled"] != Value::Bool(false) {
@@ -320,20 +355,33 @@ impl Agent {
             return;
         }
         if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("{} exited before stop: {st}; stderr:\n{}", self.kind.name(), self.stderr());
+            panic!(
+                "{} exited before stop: {st}; stderr:\n{}",
+                self.kind.name(),
+                self.stderr()
+            );
         }
         if self.kind == AgentKind::QemuGa {
             std::thread::sleep(Duration::from_millis(200));
         }
         kill(pid, Signal::SIGTERM).expect("SIGTERM");
         match self.wait_exit(Duration::from_secs(10)) {
-            Some(st) => assert!(st.success(), "{} exit status after SIGTERM: {st}; stderr:\n{}", self.kind.name(), self.stderr()),
+            Some(st) => assert!(
+                st.success(),
+                "{} exit status after SIGTERM: {st}; stderr:\n{}",
+                self.kind.name(),
+                self.stderr()
+            ),
             None => {
                 let _ = kill(pid, Signal::SIGKILL);
                 let _ = self.child.wait();
                 match self.kind {
-                    AgentKind::QemuGa => eprintln!("warning: qemu-ga hung on SIGTERM (known deadlock), killed"),
-                    AgentKind::Guestlinkd => panic!("guestlinkd did not exit within 10 s of SIGTERM"),
+                    AgentKind::QemuGa => {
+                        eprintln!("warning: qemu-ga hung on SIGTERM (known deadlock), killed")
+                    }
+                    AgentKind::Guestlinkd => {
+                        panic!("guestlinkd did not exit within 10 s of SIGTERM")
+                    }
                 }
             }
         }
@@ -359,7 +407,13 @@ pub fn dump_config(kind: AgentKind, conf: &str, args: &[&str]) -> Option<Output>
     if kind == AgentKind::Guestlinkd {
         cmd.arg("-c").arg(&path);
     }
-    let out = cmd.arg("-D").args(args).env("QGA_CONF", &path).stdin(Stdio::null()).output().expect("run -D");
+    let out = cmd
+        .arg("-D")
+        .args(args)
+        .env("QGA_CONF", &path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run -D");
     Some(out)
 }
 

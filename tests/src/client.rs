@@ -18,7 +18,12 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// A random u32 (no `rand` dependency needed for ids).
 pub fn random_u32() -> u32 {
     let mut h = RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
     (h.finish() & 0x7fff_ffff) as u32
 }
 
@@ -42,7 +47,10 @@ impl Client {
         };
         stream.set_read_timeout(Some(READ_TIMEOUT))?;
         let reader = BufReader::with_capacity(1 << 20, stream.try_clone()?);
-        Ok(Client { writer: stream, reader })
+        Ok(Client {
+            writer: stream,
+            reader,
+        })
     }
 
     /// A second handle on the socket for writing from another thread (for requests larger than the socket
@@ -67,9 +75,15 @@ impl Client {
     pub fn recv_line(&mut self) -> Vec<u8> {
         let mut buf = Vec::new();
         match self.reader.read_until(b'\n', &mut buf) {
-            Ok(0) => panic!("agent closed the connection (partial: {:?})", String::from_utf8_lossy(&buf)),
+            Ok(0) => panic!(
+                "agent closed the connection (partial: {:?})",
+                String::from_utf8_lossy(&buf)
+            ),
             Ok(_) => {}
-            Err(e) => panic!("reading a reply: {e} (partial: {:?})", String::from_utf8_lossy(&buf)),
+            Err(e) => panic!(
+                "reading a reply: {e} (partial: {:?})",
+                String::from_utf8_lossy(&buf)
+            ),
         }
         assert_eq!(buf.pop(), Some(b'\n'), "reply not newline-terminated");
         buf
@@ -79,19 +93,33 @@ impl Client {
     pub fn recv(&mut self) -> Value {
         let line = self.recv_line();
         assert_ne!(line.first(), Some(&0xFF), "unexpected 0xFF before a reply");
-        serde_json::from_slice(&line)
-            .unwrap_or_else(|e| panic!("reply is not JSON ({e}): {:?}", String::from_utf8_lossy(&line)))
+        serde_json::from_slice(&line).unwrap_or_else(|e| {
+            panic!(
+                "reply is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&line)
+            )
+        })
     }
 
     /// Asserts that nothing arrives within `wait`.
     pub fn expect_silence(&mut self, wait: Duration) {
-        self.reader.get_ref().set_read_timeout(Some(wait)).expect("timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(wait))
+            .expect("timeout");
         let r = self.reader.fill_buf().map(|b| b.to_vec());
-        self.reader.get_ref().set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("timeout");
         match r {
             Ok(b) if b.is_empty() => panic!("agent closed the connection"),
             Ok(b) => panic!("unexpected data: {:?}", String::from_utf8_lossy(&b)),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => panic!("read: {e}"),
         }
     }
@@ -99,8 +127,15 @@ impl Client {
     /// Reads and returns everything up to and including the next 0xFF.
     pub fn read_through_ff(&mut self) -> Vec<u8> {
         let mut skipped = Vec::new();
-        let n = self.reader.read_until(0xFF, &mut skipped).expect("read up to 0xFF");
-        assert!(n > 0 && skipped.last() == Some(&0xFF), "EOF before 0xFF: {:?}", String::from_utf8_lossy(&skipped));
+        let n = self
+            .reader
+            .read_until(0xFF, &mut skipped)
+            .expect("read up to 0xFF");
+        assert!(
+            n > 0 && skipped.last() == Some(&0xFF),
+            "EOF before 0xFF: {:?}",
+            String::from_utf8_lossy(&skipped)
+        );
         skipped
     }
 
@@ -109,7 +144,12 @@ impl Client {
     pub fn sync(&mut self) -> Vec<u8> {
         let id = random_u32();
         let mut req = vec![0xFF];
-        req.extend(serde_json::to_vec(&json!({"execute": "guest-sync-delimited", "arguments": {"id": id}})).expect("json"));
+        req.extend(
+            serde_json::to_vec(
+                &json!({"execute": "guest-sync-delimited", "arguments": {"id": id}}),
+            )
+            .expect("json"),
+        );
         req.push(b'\n');
         self.send_raw(&req);
         let mut skipped = self.read_through_ff();
@@ -146,15 +186,25 @@ impl Client {
 
     /// Asserts `guest-ping` still works (the agent keeps serving).
     pub fn ping(&mut self) {
-        assert_eq!(self.call("guest-ping", None), json!({"return": {}}), "guest-ping after the previous request");
+        assert_eq!(
+            self.call("guest-ping", None),
+            json!({"return": {}}),
+            "guest-ping after the previous request"
+        );
     }
 
     /// Reads all remaining bytes until EOF or `wait` of silence.
     pub fn drain(&mut self, wait: Duration) -> Vec<u8> {
-        self.reader.get_ref().set_read_timeout(Some(wait)).expect("timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(wait))
+            .expect("timeout");
         let mut all = Vec::new();
         let _ = self.reader.read_to_end(&mut all);
-        self.reader.get_ref().set_read_timeout(Some(READ_TIMEOUT)).expect("timeout");
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("timeout");
         all
     }
 }
@@ -162,5 +212,8 @@ impl Client {
 /// (class, desc) of an error reply, `None` for a success reply.
 pub fn error_of(reply: &Value) -> Option<(String, String)> {
     let e = reply.get("error")?;
-    Some((e["class"].as_str()?.to_string(), e["desc"].as_str()?.to_string()))
+    Some((
+        e["class"].as_str()?.to_string(),
+        e["desc"].as_str()?.to_string(),
+    ))
 }

@@ -33,7 +33,11 @@ fn diff_at(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     let (ta, tb) = (type_name(a), type_name(b));
     let numeric = |t: &str| t == "int" || t == "float";
     if ta != tb && !(numeric(ta) && numeric(tb) && path.ends_with("login-time")) {
-        out.push(format!("{path}: {ta} ({}) vs {tb} ({})", short(a), short(b)));
+        out.push(format!(
+            "{path}: {ta} ({}) vs {tb} ({})",
+            short(a),
+            short(b)
+        ));
         return;
     }
     match (a, b) {
@@ -41,10 +45,16 @@ fn diff_at(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
             let ka: BTreeSet<&String> = ma.keys().collect();
             let kb: BTreeSet<&String> = mb.keys().collect();
             for k in ka.difference(&kb) {
-                out.push(format!("{path}.{k}: present ({}) vs absent", short(&ma[*k])));
+                out.push(format!(
+                    "{path}.{k}: present ({}) vs absent",
+                    short(&ma[*k])
+                ));
             }
             for k in kb.difference(&ka) {
-                out.push(format!("{path}.{k}: absent vs present ({})", short(&mb[*k])));
+                out.push(format!(
+                    "{path}.{k}: absent vs present ({})",
+                    short(&mb[*k])
+                ));
             }
             for k in ka.intersection(&kb) {
                 diff_at(&format!("{path}.{k}"), &ma[*k], &mb[*k], out);
@@ -66,16 +76,36 @@ fn diff_at(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 
 /// For arrays of objects: the union of keys, each marked `?` when not in every element.
 fn merged_keys(items: &[Value]) -> BTreeSet<String> {
-    let all: Vec<BTreeSet<&String>> =
-        items.iter().filter_map(Value::as_object).map(|m| m.keys().collect()).collect();
+    let all: Vec<BTreeSet<&String>> = items
+        .iter()
+        .filter_map(Value::as_object)
+        .map(|m| m.keys().collect())
+        .collect();
     let union: BTreeSet<&String> = all.iter().flatten().copied().collect();
-    union.into_iter().map(|k| if all.iter().all(|s| s.contains(k)) { k.clone() } else { format!("{k}?") }).collect()
+    union
+        .into_iter()
+        .map(|k| {
+            if all.iter().all(|s| s.contains(k)) {
+                k.clone()
+            } else {
+                format!("{k}?")
+            }
+        })
+        .collect()
 }
 
 fn short(v: &Value) -> String {
     let s = v.to_string();
     if s.len() > 60 {
-        format!("{}…", &s[..s.char_indices().take_while(|(i, _)| *i < 60).last().map(|(i, _)| i).unwrap_or(0)])
+        format!(
+            "{}…",
+            &s[..s
+                .char_indices()
+                .take_while(|(i, _)| *i < 60)
+                .last()
+                .map(|(i, _)| i)
+                .unwrap_or(0)]
+        )
     } else {
         s
     }
@@ -88,9 +118,16 @@ mod tests {
 
     #[test]
     fn detects_missing_key_and_type_change() {
-        let d = shape_diff(&json!({"return": {"a": 1, "b": "x"}}), &json!({"return": {"a": "1"}}));
+        let d = shape_diff(
+            &json!({"return": {"a": 1, "b": "x"}}),
+            &json!({"return": {"a": "1"}}),
+        );
         assert_eq!(d.len(), 2, "{d:?}");
-        assert!(shape_diff(&json!({"return": [{"a": 1}]}), &json!({"return": [{"a": 2}, {"a": 3}]})).is_empty());
+        assert!(shape_diff(
+            &json!({"return": [{"a": 1}]}),
+            &json!({"return": [{"a": 2}, {"a": 3}]})
+        )
+        .is_empty());
         assert!(!shape_diff(&json!([{"a": 1}]), &json!([{"a": 2}, {"b": 3}])).is_empty());
     }
 }

@@ -32,13 +32,20 @@ fn exec_wait(c: &mut Client, pid: &Value) -> Value {
         if st["exited"] == json!(true) {
             return st;
         }
-        assert!(Instant::now() < deadline, "process {pid} did not exit: {st}");
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not exit: {st}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn b64(v: &Value) -> Vec<u8> {
-    B64.decode(v.as_str().unwrap_or_else(|| panic!("not a base64 string: {v}"))).expect("valid base64")
+    B64.decode(
+        v.as_str()
+            .unwrap_or_else(|| panic!("not a base64 string: {v}")),
+    )
+    .expect("valid base64")
 }
 
 both_agents! {
@@ -287,7 +294,10 @@ fn assert_disabled(c: &mut Client, cmd: &str, reason: Option<&str>) {
     // qemu-ga 7.2 gives no reason; latest upstream appends ": <reason>" for frozen/allow-list
     if let Some(reason) = reason {
         let base = format!("Command {cmd} has been disabled");
-        assert!(desc == base || desc == format!("{base}: {reason}"), "{cmd}: {desc}");
+        assert!(
+            desc == base || desc == format!("{base}: {reason}"),
+            "{cmd}: {desc}"
+        );
     }
 }
 
@@ -351,7 +361,8 @@ both_agents! {
     }
 }
 
-const ALTERNATE: &str = "for i in $(seq 4); do if (( $i % 2 )); then echo stdout; else echo stderr 1>&2; fi; done;";
+const ALTERNATE: &str =
+    "for i in $(seq 4); do if (( $i % 2 )); then echo stdout; else echo stderr 1>&2; fi; done;";
 
 both_agents! {
     fn guest_exec_separated(kind) {
@@ -402,7 +413,8 @@ both_agents! {
 }
 
 /// Upstream's `tests/data/test-qga-os-release`.
-const OS_RELEASE: &str = "ID=qemu-ga-test\nNAME=QEMU-GA\nPRETTY_NAME=\"QEMU Guest Agent test\"\nVERSION=\"Test 1\"\n\
+const OS_RELEASE: &str =
+    "ID=qemu-ga-test\nNAME=QEMU-GA\nPRETTY_NAME=\"QEMU Guest Agent test\"\nVERSION=\"Test 1\"\n\
 VERSION_ID=1\nVARIANT=\"Unit test \\\"\\'\\$\\`\\\\ and \\\\\\\\ etc.\"\nVARIANT_ID=unit-test\n";
 
 both_agents! {

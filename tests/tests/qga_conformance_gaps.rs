@@ -25,7 +25,9 @@ fn finish(agent: Agent, client: Client) {
 }
 
 fn desc_of(v: &Value) -> String {
-    error_of(v).unwrap_or_else(|| panic!("expected an error reply: {v}")).1
+    error_of(v)
+        .unwrap_or_else(|| panic!("expected an error reply: {v}"))
+        .1
 }
 
 both_agents! {
@@ -206,7 +208,10 @@ fn exec_wait(c: &mut Client, pid: &Value) -> Value {
         if st["exited"] == json!(true) {
             return st;
         }
-        assert!(Instant::now() < deadline, "process {pid} did not exit: {st}");
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not exit: {st}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -228,15 +233,24 @@ both_agents! {
     }
 }
 
-const FROZEN_ALLOWED: &[&str] =
-    &["guest-ping", "guest-info", "guest-sync", "guest-sync-delimited", "guest-fsfreeze-status", "guest-fsfreeze-thaw"];
+const FROZEN_ALLOWED: &[&str] = &[
+    "guest-ping",
+    "guest-info",
+    "guest-sync",
+    "guest-sync-delimited",
+    "guest-fsfreeze-status",
+    "guest-fsfreeze-thaw",
+];
 
 both_agents! {
     /// A pre-created `qga.state.isfrozen` makes the agent start "frozen" (no FIFREEZE is ever issued): only the
     /// allow-list runs. guest-fsfreeze-thaw stays blocked by the safety block list, so no agent can touch the
     /// host's filesystems; the agent is stopped with SIGKILL.
     fn frozen_allow_list(kind) {
-        let Some(mut agent) = Agent::builder(kind).frozen().start() else { return };
+        // guestlinkd arms its auto-thaw watchdog (default 600 s) when it starts frozen: disable it so nothing
+        // ever calls FITHAW on this host's filesystems.
+        let extra: &[&str] = if kind == AgentKind::Guestlinkd { &["--auto-thaw", "0"] } else { &[] };
+        let Some(mut agent) = Agent::builder(kind).frozen().args(extra).start() else { return };
         let mut c = agent.connect();
         assert_eq!(c.ok("guest-fsfreeze-status", None), json!("frozen"));
         c.ping();
@@ -282,15 +296,47 @@ both_agents! {
 
 /// The Linux commands Debian's qemu-ga 7.2 implements (42 minus the Windows-only guest-get-devices).
 const LINUX_72: &[&str] = &[
-    "guest-sync-delimited", "guest-sync", "guest-ping", "guest-get-time", "guest-set-time", "guest-info",
-    "guest-shutdown", "guest-file-open", "guest-file-close", "guest-file-read", "guest-file-write", "guest-file-seek",
-    "guest-file-flush", "guest-fsfreeze-status", "guest-fsfreeze-freeze", "guest-fsfreeze-freeze-list",
-    "guest-fsfreeze-thaw", "guest-fstrim", "guest-suspend-disk", "guest-suspend-ram", "guest-suspend-hybrid",
-    "guest-network-get-interfaces", "guest-get-vcpus", "guest-set-vcpus", "guest-get-disks", "guest-get-fsinfo",
-    "guest-set-user-password", "guest-get-memory-blocks", "guest-set-memory-blocks", "guest-get-memory-block-info",
-    "guest-exec", "guest-exec-status", "guest-get-host-name", "guest-get-users", "guest-get-timezone",
-    "guest-get-osinfo", "guest-ssh-get-authorized-keys", "guest-ssh-add-authorized-keys",
-    "guest-ssh-remove-authorized-keys", "guest-get-diskstats", "guest-get-cpustats",
+    "guest-sync-delimited",
+    "guest-sync",
+    "guest-ping",
+    "guest-get-time",
+    "guest-set-time",
+    "guest-info",
+    "guest-shutdown",
+    "guest-file-open",
+    "guest-file-close",
+    "guest-file-read",
+    "guest-file-write",
+    "guest-file-seek",
+    "guest-file-flush",
+    "guest-fsfreeze-status",
+    "guest-fsfreeze-freeze",
+    "guest-fsfreeze-freeze-list",
+    "guest-fsfreeze-thaw",
+    "guest-fstrim",
+    "guest-suspend-disk",
+    "guest-suspend-ram",
+    "guest-suspend-hybrid",
+    "guest-network-get-interfaces",
+    "guest-get-vcpus",
+    "guest-set-vcpus",
+    "guest-get-disks",
+    "guest-get-fsinfo",
+    "guest-set-user-password",
+    "guest-get-memory-blocks",
+    "guest-set-memory-blocks",
+    "guest-get-memory-block-info",
+    "guest-exec",
+    "guest-exec-status",
+    "guest-get-host-name",
+    "guest-get-users",
+    "guest-get-timezone",
+    "guest-get-osinfo",
+    "guest-ssh-get-authorized-keys",
+    "guest-ssh-add-authorized-keys",
+    "guest-ssh-remove-authorized-keys",
+    "guest-get-diskstats",
+    "guest-get-cpustats",
 ];
 
 both_agents! {
@@ -320,24 +366,80 @@ both_agents! {
 
 /// (raw request, expected id or None, expected desc of the first reply).
 const MALFORMED: &[(&[u8], Option<i64>, &str)] = &[
-    (b"garbage\n", None, "JSON parse error, invalid keyword 'garbage'"),
+    (
+        b"garbage\n",
+        None,
+        "JSON parse error, invalid keyword 'garbage'",
+    ),
     (b"}", None, "JSON parse error, expecting value"),
     (b"\"x\"\n", None, "QMP input must be a JSON object"),
     (b"[]", None, "QMP input must be a JSON object"),
     (b"{\"id\":3}", Some(3), "QMP input lacks member 'execute'"),
-    (b"{\"execute\":1}", None, "QMP input member 'execute' must be a string"),
-    (b"{\"execute\":\"guest-ping\",\"arguments\":null}", None, "QMP input member 'arguments' must be an object"),
-    (b"{\"execute\":\"guest-ping\",\"arguments\":[]}", None, "QMP input member 'arguments' must be an object"),
-    (b"{\"execute\":\"guest-ping\",\"id\":1,\"foo\":2}", Some(1), "QMP input member 'foo' is unexpected"),
-    (b"{\"execute\":\"guest-ping\",\"execute\":\"guest-ping\"}", None, "JSON parse error, duplicate key"),
-    (b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":\"x\"}}", None, "Invalid parameter type for 'id', expected: integer"),
-    (b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":1.5}}", None, "Invalid parameter type for 'id', expected: integer"),
-    (b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":18446744073709551615}}", None, "Invalid parameter type for 'id', expected: integer"),
-    (b"{\"execute\":\"guest-sync\",\"arguments\":{}}", None, "Parameter 'id' is missing"),
-    (b"{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":true}}", None, "Invalid parameter type for 'id', expected: integer"),
-    (b"{\"execute\":\"guest-file-open\",\"arguments\":{\"path\":\"/x\",\"mode\":\"rw\"}}", None, "invalid file open mode 'rw'"),
-    (b"{\"execute\":\"guest-file-close\",\"arguments\":{\"handle\":999}}", None, "handle '999' has not been found"),
-    (b"{\"execute\":\"guest-ping\",\"id\":\"\x01\"}", None, "JSON parse error, stray '\"\u{1}'"),
+    (
+        b"{\"execute\":1}",
+        None,
+        "QMP input member 'execute' must be a string",
+    ),
+    (
+        b"{\"execute\":\"guest-ping\",\"arguments\":null}",
+        None,
+        "QMP input member 'arguments' must be an object",
+    ),
+    (
+        b"{\"execute\":\"guest-ping\",\"arguments\":[]}",
+        None,
+        "QMP input member 'arguments' must be an object",
+    ),
+    (
+        b"{\"execute\":\"guest-ping\",\"id\":1,\"foo\":2}",
+        Some(1),
+        "QMP input member 'foo' is unexpected",
+    ),
+    (
+        b"{\"execute\":\"guest-ping\",\"execute\":\"guest-ping\"}",
+        None,
+        "JSON parse error, duplicate key",
+    ),
+    (
+        b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":\"x\"}}",
+        None,
+        "Invalid parameter type for 'id', expected: integer",
+    ),
+    (
+        b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":1.5}}",
+        None,
+        "Invalid parameter type for 'id', expected: integer",
+    ),
+    (
+        b"{\"execute\":\"guest-sync\",\"arguments\":{\"id\":18446744073709551615}}",
+        None,
+        "Invalid parameter type for 'id', expected: integer",
+    ),
+    (
+        b"{\"execute\":\"guest-sync\",\"arguments\":{}}",
+        None,
+        "Parameter 'id' is missing",
+    ),
+    (
+        b"{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":true}}",
+        None,
+        "Invalid parameter type for 'id', expected: integer",
+    ),
+    (
+        b"{\"execute\":\"guest-file-open\",\"arguments\":{\"path\":\"/x\",\"mode\":\"rw\"}}",
+        None,
+        "invalid file open mode 'rw'",
+    ),
+    (
+        b"{\"execute\":\"guest-file-close\",\"arguments\":{\"handle\":999}}",
+        None,
+        "handle '999' has not been found",
+    ),
+    (
+        b"{\"execute\":\"guest-ping\",\"id\":\"\x01\"}",
+        None,
+        "JSON parse error, stray '\"\u{1}'",
+    ),
 ];
 
 both_agents! {
@@ -381,5 +483,34 @@ both_agents! {
         let text = String::from_utf8(line).expect("ASCII reply");
         assert!(text.contains(r#""\u00E9\u20AC""#), "{text}");
         finish(agent, c);
+    }
+}
+
+both_agents! {
+    /// Files created by guest-file-open: qemu-ga fchmods them to 0666 regardless of umask (CVE-2013-2007
+    /// lesson); guestlinkd deliberately creates them 0600 by default, and `--file-mode 0666` restores qemu-ga's
+    /// behaviour. An existing file keeps its mode in both.
+    fn created_file_mode(kind) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode_of = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+        let cases: &[(&[&str], u32)] = match kind {
+            AgentKind::QemuGa => &[(&[], 0o666)],
+            AgentKind::Guestlinkd => &[(&[], 0o600), (&["--file-mode", "0666"], 0o666)],
+        };
+        for (args, want) in cases {
+            let Some(mut agent) = Agent::start(kind, args) else { return };
+            let mut c = agent.connect();
+            let path = agent.scratch().join("created");
+            let h = c.ok("guest-file-open", Some(json!({"path": path.to_str().expect("utf-8"), "mode": "w"})));
+            c.ok("guest-file-close", Some(json!({"handle": h})));
+            assert_eq!(mode_of(&path), *want, "{args:?}: mode {:o}", mode_of(&path));
+            let existing = agent.scratch().join("existing");
+            std::fs::write(&existing, b"x").expect("write");
+            std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+            let h = c.ok("guest-file-open", Some(json!({"path": existing.to_str().expect("utf-8"), "mode": "a"})));
+            c.ok("guest-file-close", Some(json!({"handle": h})));
+            assert_eq!(mode_of(&existing), 0o640, "existing file keeps its mode");
+            finish(agent, c);
+        }
     }
 }
