@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""QGA benchmark: guestlinkd vs qemu-ga side by side, same method as qga-protocol.md §10.
+
+Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous RPCs blocked), connects and sends
+0xFF + guest-sync-delimited. Phases:
+
+* ping  — 200 warm-up + 2000 sequential guest-ping on one connection, RTT with perf_counter_ns (median, p99);
+* read  — guest-file-open + guest-file-read(count=C) until eof + close on a 64 MiB random file (page cache warm),
+          for C = 4 KiB, 1 MiB and 48 MiB; the client base64-decodes and SHA-256-verifies; wall time open→close;
+* agent peak RSS (VmHWM from /proc/PID/status, fresh agent per phase so it is the phase's peak) and agent CPU
+  seconds (utime+stime from /proc/PID/stat) per phase.
+
+Each phase runs --reps times per agent (agents interleaved) and medians are reported. Python stdlib only:
+
+    cargo build --release -p guestlink-daemon
+    .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd]
+
+`GUESTLINKD=/path` overrides the binary (default: target/release/guestlinkd, built when missing or stale).
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DANGEROUS = (
+    "guest-fsfreeze-freeze,guest-fsfreeze-freeze-list,guest-fsfreeze-thaw,guest-shutdown,guest-suspend-disk,"
+    "guest-suspend-ram,guest-suspend-hybrid,guest-set-time,guest-fstrim,guest-set-user-password,guest-set-vcpus,"
+    "guest-set-memory-blocks,guest-ssh-add-authorized-keys,guest-ssh-remove-authorized-keys"
+)
+WORKSPACE = Path(__file__).resolve().parents[2]
+FILE_SIZE = 64 * 1024 * 1024
+COUNTS = [("4K", 4096), ("1M", 1024 * 1024), ("48M", 48 * 1024 * 1024)]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def qemu_ga_path():
+    for p in ("/usr/sbin/qemu-ga", "/usr/bin/qemu-ga"):
+        if os.path.exists(p):
+            return p
+    sys.exit("qemu-ga is not installed (apt-get install qemu-guest-agent)")
+
+
+def guestlinkd_path():
+    if os.environ.get("GUESTLINKD"):
+        return os.environ["GUESTLINKD"]
+    subprocess.run(["cargo", "build", "--release", "-p", "guestlink-daemon", "--bin", "guestlinkd"],
+                   cwd=WORKSPACE, check=True)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", WORKSPACE / "target"))
+    return str(target / "release" / "guestlinkd")
+
+
+class Agent:
+    def __init__(self, kind, binary):
+        self.kind = kind
+        self.dir = tempfile.mkdtemp(prefix="guestlink-bench-")
+        self.sock_path = os.path.join(self.dir, "qga.sock")
+        state = os.path.join(self.dir, "state")
+        os.mkdir(state)
+        conf = os.path.join(self.dir, "qemu-ga.conf")
+        Path(conf).write_text("[general]\n")
+        args = [binary, "-m", "unix-listen", "-p", self.sock_path, "-t", state, "-b", DANGEROUS]
+        if kind == "guestlinkd":
+            args += ["-c", conf]
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, cwd=self.dir, env=dict(os.environ, QGA_CONF=conf))
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.connect(self.sock_path)
+                break
+            except OSError:
+                self.sock.close()
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{kind} did not start")
+                time.sleep(0.02)
+        self.sock.settimeout(300)
+        self.rfile = self.sock.makefile("rb", buffering=1 << 20)
+        self.sync()
+
+    def send(self, obj):
+        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def recv(self):
+        line = self.rfile.readline()
+        if not line:
+            raise RuntimeError(f"{self.kind} closed the connection")
+        return json.loads(line)
+
+    def call(self, execute, arguments=None):
+        req = {"execute": execute}
+        if arguments is not None:
+            req["arguments"] = arguments
+        self.send(req)
+        r = self.recv()
+        if "error" in r:
+            raise RuntimeError(f"{self.kind}: {execute}: {r['error']}")
+        return r["return"]
+
+    def sync(self):
+        sync_id = random.randrange(1, 2**31)
+        self.sock.sendall(b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": sync_id}})
+                          .encode() + b"\n")
+        while True:
+            b = self.rfile.read(1)
+            if not b:
+                raise RuntimeError("EOF before 0xFF")
+            if b == b"\xff":
+                break
+        assert self.recv() == {"return": sync_id}
+
+    def status(self, key):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])  # kB
+        return 0
+
+    def cpu_seconds(self):
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self):
+        self.rfile.close()
+        self.sock.close()
+        time.sleep(0.2)  # qemu-ga's SIGTERM-after-disconnect deadlock (§10)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            rc = "killed"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return rc
+
+
+def phase_ping(agent):
+    for _ in range(200):
+        agent.call("guest-ping")
+    rtts = []
+    for _ in range(2000):
+        t0 = time.perf_counter_ns()
+        agent.send({"execute": "guest-ping"})
+        r = agent.recv()
+        rtts.append(time.perf_counter_ns() - t0)
+        assert r == {"return": {}}
+    rtts.sort()
+    return {"ping_median_us": statistics.median(rtts) / 1000, "ping_p99_us": rtts[int(len(rtts) * 0.99) - 1] / 1000}
+
+
+def phase_read(agent, path, count, digest):
+    t0 = time.perf_counter()
+    h = agent.call("guest-file-open", {"path": path, "mode": "r"})
+    sha = hashlib.sha256()
+    total = 0
+    while True:
+        r = agent.call("guest-file-read", {"handle": h, "count": count})
+        data = base64.b64decode(r["buf-b64"])
+        assert len(data) == r["count"]
+        sha.update(data)
+        total += len(data)
+        if r["eof"]:
+            break
+    agent.call("guest-file-close", {"handle": h})
+    wall = time.perf_counter() - t0
+    assert total == FILE_SIZE and sha.hexdigest() == digest, "content mismatch"
+    return {"mb_s": FILE_SIZE / 1e6 / wall}
+
+
+def run_phase(kind, binary, name, fn):
+    agent = Agent(kind, binary)
+    try:
+        idle_hwm = agent.status("VmHWM")
+        cpu0 = agent.cpu_seconds()
+        res = fn(agent)
+        res["cpu_s"] = agent.cpu_seconds() - cpu0
+        res["hwm_kb"] = agent.status("VmHWM")
+        res["idle_hwm_kb"] = idle_hwm
+    finally:
+        res_rc = agent.stop()
+    res["exit"] = res_rc
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--agents", default="qemu-ga,guestlinkd")
+    ap.add_argument("--json", help="write raw results here")
+    args = ap.parse_args()
+    kinds = args.agents.split(",")
+    binaries = {k: qemu_ga_path() if k == "qemu-ga" else guestlinkd_path() for k in kinds}
+
+    tmp = tempfile.mkdtemp(prefix="guestlink-bench-data-")
+    path = os.path.join(tmp, "random-64M")
+    with open(path, "wb") as f:
+        f.write(os.urandom(FILE_SIZE))
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    phases = [("ping", phase_ping)] + [
+        (f"read-{label}", (lambda c: lambda a: phase_read(a, path, c, digest))(count)) for label, count in COUNTS
+    ]
+    raw = {k: {p: [] for p, _ in phases} for k in kinds}
+    try:
+        for rep in range(args.reps):
+            for pname, fn in phases:
+                for kind in kinds:
+                    res = run_phase(kind, binaries[kind], pname, fn)
+                    raw[kind][pname].append(res)
+                    print(f"rep {rep + 1} {pname:9} {kind:10} {res}", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(kind, phase, key):
+        return statistics.median(r[key] for r in raw[kind][phase])
+
+    rows = [
+        ("guest-ping median RTT (µs)", "ping", "ping_median_us", "≤ 0.8×", lambda r: r <= 0.8),
+        ("guest-ping p99 RTT (µs)", "ping", "ping_p99_us", "", None),
+        ("idle VmHWM (kB)", "ping", "idle_hwm_kb", "", None),
+    ]
+    for label, _ in COUNTS:
+        target = ("≥ 2×", lambda r: r >= 2.0) if label == "48M" else ("", None)
+        rows.append((f"read 64 MiB, count {label} (MB/s)", f"read-{label}", "mb_s", *target))
+    for label, _ in COUNTS:
+        target = ("≤ 0.5×", lambda r: r <= 0.5) if label == "48M" else ("", None)
+        rows.append((f"peak VmHWM, count {label} (kB)", f"read-{label}", "hwm_kb", *target))
+    for label, _ in COUNTS:
+        rows.append((f"agent CPU s per 64 MiB, count {label}", f"read-{label}", "cpu_s", "", None))
+
+    print(f"\nQGA benchmark — {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
+          f"{args.reps} reps (medians), agents: " + ", ".join(f"{k}={binaries[k]}" for k in kinds))
+    header = "| metric | " + " | ".join(kinds) + (" | ratio guestlinkd/qemu-ga | target |" if len(kinds) == 2 else " |")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for title, phase, key, target, check in rows:
+        vals = [med(k, phase, key) for k in kinds]
+        cells = [f"{v:,.1f}" if isinstance(v, float) else f"{v:,}" for v in vals]
+        line = f"| {title} | " + " | ".join(cells)
+        if len(kinds) == 2:
+            ratio = vals[1] / vals[0] if vals[0] else float("nan")
+            verdict = "" if check is None else (" ✅" if check(ratio) else " ❌")
+            line += f" | {ratio:.2f}× | {target}{verdict}"
+        print(line + " |")
+    exits = {k: sorted({str(r['exit']) for p in raw[k].values() for r in p}) for k in kinds}
+    print(f"\nexit statuses after SIGTERM: {exits}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(raw, indent=1))
+
+
+if __name__ == "__main__":
+    main()
