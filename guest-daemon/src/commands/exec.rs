@@ -126,6 +126,7 @@ impl ExecTable {
     }
 
     /// Number of records held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         lock(&self.records).len()
     }

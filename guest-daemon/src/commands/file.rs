@@ -89,7 +89,7 @@ pub fn parse_state(text: &str) -> Option<i64> {
 
 /// Writes qga.state atomically (temp file + rename), like `g_file_set_contents`.
 pub fn write_state(path: &Path, counter: i64) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -218,6 +218,7 @@ impl FileTable {
     }
 
     /// Number of open handles.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         lock(&self.table).files.len()
     }
@@ -374,7 +375,7 @@ fn read_b64(file: &mut File, count: usize) -> CommandResult<FileRead> {
     };
     let engine = &base64::engine::general_purpose::STANDARD;
     let mut out = String::with_capacity(want.div_ceil(3) * 4);
-    let mut buf = vec![0u8; count.min(CHUNK).max(3)];
+    let mut buf = vec![0u8; count.clamp(3, CHUNK)];
     let mut filled = 0usize; // bytes in buf not yet encoded
     let mut total = 0usize;
     let mut eof = false;

@@ -428,10 +428,10 @@ fn fsinfo_for(m: &Mount, sys_root: &Path) -> CommandResult<Value> {
     o.insert("mountpoint".into(), json!(m.dir));
     o.insert("type".into(), json!(m.fstype));
     if let Ok(st) = nix::sys::statvfs::statvfs(m.dir.as_str()) {
-        let fr = st.fragment_size() as u64;
-        let blocks = st.blocks() as u64;
-        let used = blocks.saturating_sub(st.blocks_free() as u64);
-        let nonroot_total = used + st.blocks_available() as u64;
+        let fr = st.fragment_size();
+        let blocks = st.blocks();
+        let used = blocks.saturating_sub(st.blocks_free());
+        let nonroot_total = used + st.blocks_available();
         o.insert("used-bytes".into(), json!(used * fr));
         o.insert("total-bytes".into(), json!(nonroot_total * fr));
         o.insert("total-bytes-privileged".into(), json!(blocks * fr));

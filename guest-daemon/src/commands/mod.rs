@@ -160,11 +160,6 @@ impl Services {
         Ok(Services { cfg, files, exec })
     }
 
-    /// The configuration in use.
-    pub fn config(&self) -> &ServicesConfig {
-        &self.cfg
-    }
-
     /// Runs one command and returns its QAPI return value (`{}` for commands without one).
     ///
     /// guest-sync(-delimited), guest-ping, guest-info and guest-fsfreeze-* belong to the core and give

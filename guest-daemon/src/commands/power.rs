@@ -112,9 +112,8 @@ pub async fn suspend(sys_root: &Path, mode: SuspendMode) -> CommandResult<()> {
     if let Ok(Some(st)) = run_status("systemctl", &["status", mode.systemd_unit()]).await {
         if (1..4).contains(&st) {
             supported = true;
-            match run_status("systemctl", &[mode.systemctl_verb()]).await {
-                Ok(Some(0)) => return Ok(()),
-                _ => {}
+            if let Ok(Some(0)) = run_status("systemctl", &[mode.systemctl_verb()]).await {
+                return Ok(());
             }
         }
     }

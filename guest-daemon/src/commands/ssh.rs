@@ -80,7 +80,7 @@ fn io_text(e: &std::io::Error) -> String {
 }
 
 fn write_authkeys(path: &Path, keys: &[String], acct: &Account) -> CommandResult<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let tmp = dir.join(format!(".authorized_keys.guestlink.{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let res = (|| -> Result<(), String> {

@@ -133,14 +133,18 @@ pub fn local_zone(tz: Option<&str>, now: i64) -> (i64, Option<String>) {
                 if !s.is_empty() && !s.contains("..") && p.is_file() {
                     Some(p)
                 } else {
-                    return posix_tz_std(s).unwrap_or((0, Some("UTC".to_owned())));
+                    return posix_tz_std(s).unwrap_or_else(utc);
                 }
             }
         }
     };
     file.and_then(|p| std::fs::read(p).ok())
         .and_then(|data| tzif_lookup(&data, now))
-        .unwrap_or((0, Some("UTC".to_owned())))
+        .unwrap_or_else(utc)
+}
+
+fn utc() -> (i64, Option<String>) {
+    (0, Some("UTC".to_owned()))
 }
 
 /// Looks `now` up in a TZif file: the last transition at or before it, or the footer's standard time.
