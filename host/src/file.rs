@@ -387,8 +387,10 @@ pub fn push(
         let closed = f.close(session);
         let (total, sent) = body?;
         closed?;
+        debug!(bytes = total, "written, verifying");
         progress.message("verifying");
         let (actual, how) = guest_sha256(session, &target, chunk)?;
+        debug!(?how, "verified");
         if actual != sent {
             return Err(Error::ChecksumMismatch {
                 path: target.clone(),
