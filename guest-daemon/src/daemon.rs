@@ -13,8 +13,11 @@ use nix::sys::stat::{umask, Mode};
 
 use crate::sys::{fork_single_threaded, Forked};
 
+/// A written pid file: its path and the lock that keeps other instances out.
+type LockedPidfile = (String, Flock<File>);
+
 /// The locked pid file, held for the life of the process.
-static PIDFILE: OnceLock<Mutex<Option<(String, Flock<File>)>>> = OnceLock::new();
+static PIDFILE: OnceLock<Mutex<Option<LockedPidfile>>> = OnceLock::new();
 
 /// Create, lock and fill the pid file (fails if another instance holds the lock).
 pub fn write_pidfile(path: &str) -> Result<()> {
@@ -49,7 +52,7 @@ pub fn remove_pidfile() {
 /// Become a daemon. `pidfile` is `None` when its creation is deferred (started frozen).
 pub fn daemonize(pidfile: Option<&str>) -> Result<()> {
     match fork_single_threaded().context("fork")? {
-        Forked::Parent(_) => std::process::exit(0),
+        Forked::Parent => std::process::exit(0),
         Forked::Child => {}
     }
     if let Some(p) = pidfile {

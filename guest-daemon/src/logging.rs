@@ -185,6 +185,11 @@ impl<'a> MakeWriter<'a> for SinkMaker {
 
 static SINK: OnceLock<Arc<Sink>> = OnceLock::new();
 
+/// Whether [`init`] has run (errors before it go straight to stderr).
+pub fn is_initialized() -> bool {
+    SINK.get().is_some()
+}
+
 /// Tell the logger whether the filesystems are frozen (called by the freezer).
 pub fn set_frozen(frozen: bool) {
     if let Some(s) = SINK.get() {

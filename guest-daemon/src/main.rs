@@ -17,6 +17,7 @@ mod state;
 mod sys;
 mod transport;
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -43,9 +44,7 @@ struct ServicesBackend(commands::Services);
 
 impl Backend for ServicesBackend {
     async fn execute(&self, cmd: Command) -> Result<Value, QgaError> {
-        // TEMP until commands::Services::execute lands.
-        let _ = (&self.0, cmd);
-        Err(QgaError::unsupported())
+        self.0.execute(cmd).await.map_err(|e| e.to_qga())
     }
 }
 
@@ -56,12 +55,17 @@ fn env_var(k: &str) -> Option<String> {
 fn main() -> ExitCode {
     let cli = cli::parse();
     if cli.version {
-        println!("guestlinkd {VERSION} (QEMU Guest Agent compatible)");
+        // A closed stdout (`| head`) is not worth a panic: ignore write errors here and below.
+        let _ = writeln!(
+            std::io::stdout(),
+            "guestlinkd {VERSION} (QEMU Guest Agent compatible)"
+        );
         return ExitCode::SUCCESS;
     }
     if cli.block_rpcs.iter().any(|b| b == "help" || b == "?") {
+        let mut out = std::io::stdout().lock();
         for c in COMMANDS.iter().filter(|c| c.linux) {
-            println!("{}", c.name);
+            let _ = writeln!(out, "{}", c.name);
         }
         return ExitCode::SUCCESS;
     }
@@ -73,14 +77,17 @@ fn main() -> ExitCode {
         }
     };
     if cli.dump_conf {
-        print!("{}", cfg.dump());
+        let _ = std::io::stdout().write_all(cfg.dump().as_bytes());
         return ExitCode::SUCCESS;
     }
     match start(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("guestlinkd: {e:#}");
+            if logging::is_initialized() {
+                tracing::error!("{e:#}");
+            } else {
+                eprintln!("guestlinkd: {e:#}");
+            }
             ExitCode::FAILURE
         }
     }

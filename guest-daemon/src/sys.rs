@@ -31,8 +31,8 @@ pub fn fithaw(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 /// Which side of a `fork` we are on.
 #[derive(Debug)]
 pub enum Forked {
-    /// The original process; the child's pid.
-    Parent(nix::unistd::Pid),
+    /// The original process.
+    Parent,
     /// The new process.
     Child,
 }
@@ -43,7 +43,7 @@ pub fn fork_single_threaded() -> Result<Forked, Errno> {
     // child does not inherit locks held by other threads; the child only performs async-signal-safe set-up
     // (setsid, chdir, dup2) before continuing as the only thread.
     match unsafe { nix::unistd::fork() }? {
-        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+        nix::unistd::ForkResult::Parent { .. } => Ok(Forked::Parent),
         nix::unistd::ForkResult::Child => Ok(Forked::Child),
     }
 }

@@ -122,14 +122,14 @@ impl Hook {
                     Ok(Ok(data)) => log_output(path, arg, stream, &data),
                     Ok(Err(_)) => {}
                     Err(_) => {
-                        tracing::warn!(hook = %path.display(), "hook {stream} still open after exit")
+                        tracing::warn!(hook = %path.display(), "hook {stream} still open after exit");
                     }
                 }
             }
         }
         match &result {
             Ok(()) => {
-                tracing::info!(hook = %path.display(), action = arg, "fsfreeze hook succeeded")
+                tracing::info!(hook = %path.display(), action = arg, "fsfreeze hook succeeded");
             }
             Err(e) => tracing::warn!(hook = %path.display(), action = arg, "{e}"),
         }

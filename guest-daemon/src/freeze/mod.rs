@@ -82,7 +82,7 @@ pub fn freeze_walk(
     let mut count = 0;
     for m in mounts.iter().rev() {
         if let Some(list) = only {
-            if !list.iter().any(|p| *p == m.dirname) {
+            if !list.contains(&m.dirname) {
                 continue;
             }
         }
@@ -273,7 +273,7 @@ impl Freezer {
                     HookFailure::Ignore => {
                         tracing::warn!(
                             "freeze hook failed, freezing anyway (--hook-failure ignore): {e}"
-                        )
+                        );
                     }
                 }
             }

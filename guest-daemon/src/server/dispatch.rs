@@ -39,11 +39,6 @@ impl<B: Backend> Dispatcher<B> {
         }
     }
 
-    /// The freezer (for the signal handler).
-    pub fn freezer(&self) -> &Arc<Freezer> {
-        &self.freezer
-    }
-
     /// `guest-info`: every command of the schema that exists on Linux, in qemu-ga's (reversed) order.
     pub fn guest_info(&self) -> Value {
         let frozen = self.freezer.is_frozen();

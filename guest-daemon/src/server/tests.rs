@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use guestlink_protocol::qga::schema::Command;
-use guestlink_protocol::qga::{ErrorClass, QgaError};
+use guestlink_protocol::qga::QgaError;
 use serde_json::{json, Value};
 
 use super::dispatch::{Backend, Dispatcher};

@@ -79,6 +79,7 @@ impl Chardev {
     }
 
     /// Counter of read(2) calls (tests).
+    #[cfg(test)]
     pub fn read_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.reads)
     }
