@@ -193,6 +193,11 @@ impl Lexer {
         }
     }
 
+    /// Whether the lexer is between tokens (not inside a token and not skipping input after an error).
+    pub fn is_start(&self) -> bool {
+        self.state == State::Start
+    }
+
     /// Bytes of the token currently being accumulated.
     pub fn pending(&self) -> usize {
         self.token.len()

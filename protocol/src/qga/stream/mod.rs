@@ -168,7 +168,7 @@ impl JsonStreamer {
 
     /// Whether a message is partially received.
     pub fn is_idle(&self) -> bool {
-        self.lexer.pending() == 0 && self.streamer.tokens.is_empty()
+        self.lexer.is_start() && self.lexer.pending() == 0 && self.streamer.tokens.is_empty()
     }
 }
 
