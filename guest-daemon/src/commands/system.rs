@@ -86,6 +86,10 @@ impl SetTime {
 
     /// `guest-set-time`. NEVER called in tests on the build host: it changes the clock.
     pub async fn run(&self, time: Option<i64>) -> CommandResult<()> {
+        // qemu-ga checks for hwclock first: without it the command is unsupported and nothing changes.
+        if !self.hwclock.exists() {
+            return Err(CommandError::Unsupported);
+        }
         if let Some(ns) = time {
             check_time(ns)?;
             let ts = nix::sys::time::TimeSpec::new(
@@ -94,10 +98,6 @@ impl SetTime {
             );
             nix::time::clock_settime(nix::time::ClockId::CLOCK_REALTIME, ts)
                 .map_err(|e| CommandError::errno("Failed to set time to guest", e))?;
-        }
-        if !self.hwclock.exists() {
-            // Newer qemu-ga: no hwclock → unsupported.
-            return Err(CommandError::Unsupported);
         }
         run_command(
             &self.hwclock,
@@ -315,6 +315,19 @@ mod tests {
         assert!(check_time(3_155_759_999 * 1_000_000_000).is_ok());
         assert_eq!(SetTime::hwclock_args(Some(1)), ["-w"]);
         assert_eq!(SetTime::hwclock_args(None), ["-s"]);
+    }
+
+    #[tokio::test]
+    async fn set_time_without_hwclock_is_unsupported() {
+        // Only `None` (read the RTC) is ever exercised here, and with a missing hwclock nothing runs at all.
+        let st = SetTime {
+            hwclock: PathBuf::from("/nonexistent/hwclock"),
+        };
+        let e = st.run(None).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "this feature or command is not currently supported"
+        );
     }
 
     #[test]
