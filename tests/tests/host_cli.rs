@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test host_cli` (`-- qemu_ga` / `-- guestlinkd` for one agent).
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -191,6 +191,13 @@ both_agents!(
         let push = json(&s, &["file", "push", src.to_str().expect("utf8"), guest.to_str().expect("utf8")]);
         assert_eq!(push["bytes"], data.len());
         assert_eq!(push["sha256"], sha256(&data));
+        // guestlinkd's extensions (atomic rename, guest-side sha256) vs plain QGA (exec mv, read-back).
+        let (placement, verified) = match kind {
+            AgentKind::Guestlinkd => ("rename", "guest-sha256"),
+            AgentKind::QemuGa => ("exec-mv", "reread"),
+        };
+        assert_eq!(push["placement"], placement, "{push}");
+        assert_eq!(push["verified"], verified, "{push}");
         assert_eq!(std::fs::read(&guest).expect("pushed file"), data);
         // Only the final file is left: the temp name was renamed away.
         let names: Vec<_> = std::fs::read_dir(&guest_dir).expect("ls").map(|e| e.expect("entry").file_name()).collect();
@@ -200,6 +207,7 @@ both_agents!(
         let pull = json(&s, &["file", "pull", "--chunk-size", "700000", guest.to_str().expect("utf8"), back.to_str().expect("utf8")]);
         assert_eq!(pull["sha256"], sha256(&data));
         assert_eq!(pull["chunk_size"], 700000);
+        assert_eq!(pull["verified"], verified, "{pull}");
         assert_eq!(sha256(&std::fs::read(&back).expect("pulled file")), sha256(&data));
 
         // A failed pull leaves nothing under the final name (and no temp file).
@@ -418,6 +426,35 @@ fn domain_goes_through_virsh_qemu_agent_command() {
         text(&out.stderr).contains("failed to get domain 'nope'"),
         "{}",
         text(&out.stderr)
+    );
+    agent.stop();
+}
+
+/// guestlinkd streams exec output (guestlink-exec-read): the first line arrives while the process still runs.
+#[test]
+fn exec_streams_with_guestlinkd() {
+    let Some(agent) = start(AgentKind::Guestlinkd) else {
+        return;
+    };
+    let t = Instant::now();
+    let mut child = Command::new(guestlink_bin())
+        .arg("--socket")
+        .arg(&agent.sock)
+        .args(["exec", "--", "sh", "-c", "echo first; sleep 3; echo second"])
+        .env_remove("GUESTLINK_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn guestlink");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("read"), "first");
+    let first_at = t.elapsed();
+    assert_eq!(lines.next().expect("a line").expect("read"), "second");
+    let second_at = t.elapsed();
+    assert!(child.wait().expect("wait").success());
+    assert!(
+        second_at - first_at >= Duration::from_secs(2),
+        "first {first_at:?}, second {second_at:?}"
     );
     agent.stop();
 }
