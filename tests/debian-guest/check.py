@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Host side of tests/debian-guest/run: talks to the booted Debian guest.
+
+1. waits for the in-guest checks (glcheck, lines on checks.log) and fails on any "fail";
+2. proves guestlinkd answers on org.qemu.guest_agent.0 (guest-sync-delimited + guest-ping over the chardev socket);
+3. runs probes through guest-exec, i.e. as children of guestlinkd under its unit's sandbox: /proc readable,
+   /dev/uinput openable, no private mount namespace;
+4. freezes the real root filesystem with guest-fsfreeze-freeze and shows that the test writer (which reports each
+   completed append on writer.log) stops, that guest-fsfreeze-status says "frozen", then thaws and shows the writer
+   resumes.
+Prints one line per step; exits non-zero on the first failure.
+"""
+import argparse
+import base64
+import json
+import os
+import random
+import re
+import socket
+import sys
+import time
+
+
+def log(msg):
+    print(f"[check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fail(msg):
+    log(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+class Agent:
+    """Minimal QGA client: one connection, guest-sync-delimited to resynchronise, one command at a time."""
+
+    def __init__(self, path, timeout):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+
+    def close(self):
+        self.sock.close()
+
+    def _read_value(self, deadline):
+        dec = json.JSONDecoder()
+        while True:
+            text = self.buf.lstrip(b" \r\n\t")
+            if text:
+                try:
+                    value, end = dec.raw_decode(text.decode("utf-8"))
+                    rest = text.decode("utf-8")[end:]
+                    self.buf = rest.encode("utf-8")
+                    return value
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no complete reply (have {self.buf[:200]!r})")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("agent closed the connection")
+            self.buf += chunk
+
+    def sync(self, timeout):
+        token = random.randint(1, 2**31 - 1)
+        self.sock.sendall(b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": token}}).encode())
+        deadline = time.monotonic() + timeout
+        while True:  # discard everything up to the 0xFF the agent sends before its reply
+            idx = self.buf.find(b"\xff")
+            if idx >= 0:
+                self.buf = self.buf[idx + 1:]
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("no 0xFF delimiter from guest-sync-delimited")
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("agent closed the connection")
+            self.buf += chunk
+        while True:
+            reply = self._read_value(deadline)
+            if reply.get("return") == token:
+                return
+            # stale replies from before the sync are dropped
+
+    def cmd(self, execute, arguments=None, timeout=60):
+        req = {"execute": execute}
+        if arguments is not None:
+            req["arguments"] = arguments
+        self.sock.sendall(json.dumps(req).encode() + b"\n")
+        reply = self._read_value(time.monotonic() + timeout)
+        if "error" in reply:
+            raise RuntimeError(f"{execute}: {reply['error']}")
+        return reply.get("return")
+
+
+def connect(path, total_timeout):
+    """Connect and sync, retrying: guestlinkd may still be starting (udev, Restart=always)."""
+    deadline = time.monotonic() + total_timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            agent = Agent(path, 10)
+            agent.sync(10)
+            return agent
+        except (OSError, TimeoutError, ConnectionError) as e:
+            last = e
+            try:
+                agent.close()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+            time.sleep(2)
+    fail(f"no answer to guest-sync-delimited on {path} within {total_timeout}s: {last}")
+
+
+def read_checks(path, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = open(path, errors="replace").read() if os.path.exists(path) else ""
+        if "CHECKS DONE" in text:
+            return [l.strip() for l in text.replace("\r", "").splitlines() if l.startswith("CHECK ")]
+        time.sleep(1)
+    fail(f"the in-guest checks did not finish within {timeout}s; got:\n{text}")
+
+
+def writer_count(path):
+    nums = re.findall(r"written (\d+)", open(path, errors="replace").read())
+    return int(nums[-1]) if nums else 0
+
+
+def wait_writer_progress(path, above, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = writer_count(path)
+        if n > above:
+            return n
+        time.sleep(0.2)
+    return None
+
+
+def guest_exec(agent, argv, timeout=60):
+    pid = agent.cmd("guest-exec", {"path": argv[0], "arg": argv[1:], "capture-output": True})["pid"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = agent.cmd("guest-exec-status", {"pid": pid})
+        if st.get("exited"):
+            out = base64.b64decode(st.get("out-data", "")).decode(errors="replace")
+            err = base64.b64decode(st.get("err-data", "")).decode(errors="replace")
+            return st.get("exitcode"), out, err
+        time.sleep(0.2)
+    raise TimeoutError(f"guest-exec {argv} did not exit within {timeout}s")
+
+
+# QEMU's QERR_UNSUPPORTED text: the command exists in the schema but this build does not implement it.
+UNSUPPORTED = "this feature or command is not currently supported"
+
+EXPECTED_CHECKS = [
+    "unit-static", "device-wants-agent", "spice-device-wants-agent", "unit-bound-to-port", "unit-active", "statedir",
+    "verify-guestlinkd", "verify-writer", "verify-session", "tmpfiles", "session-enabled-globally", "user-manager",
+    "session-not-started-yet", "start-graphical-session", "graphical-session-active", "session-started",
+    "session-in-session-slice", "xdg-generator-skips", "desktop-no-autostart-phase", "daemon-sandbox", "agent-wanted-by-devices", "port-device-follows",
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qga", required=True)
+    ap.add_argument("--checks-log", required=True)
+    ap.add_argument("--writer-log", required=True)
+    ap.add_argument("--timeout", type=int, default=300)
+    args = ap.parse_args()
+
+    # 1. in-guest checks
+    lines = read_checks(args.checks_log, args.timeout)
+    seen = {}
+    for line in lines:
+        parts = line.split(" ", 3)
+        seen[parts[1]] = parts[2] if len(parts) > 2 else "?"
+        log(line)
+    bad = [n for n, r in seen.items() if r != "ok"] + [n for n in EXPECTED_CHECKS if n not in seen]
+    failures = [f"in-guest check failed or missing: {', '.join(bad)}"] if bad else []
+
+    # 2. guestlinkd answers on the port udev started it for
+    agent = connect(args.qga, 120)
+    if agent.cmd("guest-ping") != {}:
+        fail("guest-ping did not return {}")
+    info = agent.cmd("guest-info")
+    log(f"guest-ping ok; guest-info version {info.get('version')!r}, "
+        f"{len(info.get('supported_commands', []))} commands")
+
+    enabled = {c["name"] for c in info.get("supported_commands", []) if c.get("enabled")}
+
+    # 3. probes as children of guestlinkd (same sandbox as the daemon); glcheck's daemon-sandbox check covers the
+    # daemon itself when this build has no guest-exec
+    probes = {
+        "proc-readable": ["/bin/sh", "-c", "head -c 64 /proc/1/status && test -r /proc/self/mountinfo"],
+        "uinput-openable": ["/bin/sh", "-c", "exec 3<>/dev/uinput && echo opened /dev/uinput"],
+        "same-mount-namespace": ["/bin/sh", "-c", 'test "$(readlink /proc/1/ns/mnt)" = "$(readlink /proc/self/ns/mnt)"'],
+        "root-writable": ["/bin/sh", "-c", "touch /etc/guestlink-probe && rm /etc/guestlink-probe"],
+    }
+    for name, argv in probes.items():
+        if "guest-exec" not in enabled:
+            log(f"probe {name}: skipped, guest-exec is not enabled in this guestlinkd")
+            continue
+        try:
+            code, out, err = guest_exec(agent, argv)
+        except RuntimeError as e:
+            if UNSUPPORTED in str(e):
+                log(f"probe {name}: skipped, guest-exec is not implemented in this guestlinkd ({e})")
+                continue
+            failures.append(f"probe {name}: {e}")
+            continue
+        log(f"probe {name}: exit {code} {out.strip()[:80]!r} {err.strip()[:200]!r}")
+        if code != 0:
+            failures.append(f"probe {name} failed in guestlinkd's sandbox: exit {code} {err.strip()}")
+
+    # 4. freeze the real root filesystem; the writer must stop, then resume after thaw
+    if wait_writer_progress(args.writer_log, 0, 60) is None:
+        fail("the test writer never reported progress")
+    if agent.cmd("guest-fsfreeze-status") != "thawed":
+        fail("filesystems not thawed before the freeze")
+    t0 = time.monotonic()
+    nfs = agent.cmd("guest-fsfreeze-freeze", timeout=120)
+    log(f"guest-fsfreeze-freeze: {nfs} filesystem(s) frozen in {time.monotonic() - t0:.2f}s")
+    try:
+        if not isinstance(nfs, int) or nfs < 1:
+            failures.append(f"guest-fsfreeze-freeze returned {nfs!r}")
+        status = agent.cmd("guest-fsfreeze-status")
+        if status != "frozen":
+            failures.append(f"guest-fsfreeze-status is {status!r} while frozen")
+        # a write that was in flight when the freeze started may still complete: allow one more report
+        time.sleep(2)
+        frozen_at = writer_count(args.writer_log)
+        time.sleep(5)
+        after = writer_count(args.writer_log)
+        log(f"writer while frozen: {frozen_at} -> {after} over 5s")
+        if after != frozen_at:
+            failures.append(f"writer progressed while / was frozen ({frozen_at} -> {after})")
+        # qemu-ga semantics: while frozen only ping/sync/info/fsfreeze-* are allowed
+        try:
+            agent.cmd("guest-file-open", {"path": "/var/lib/glwriter/progress", "mode": "r"})
+            failures.append("guest-file-open was allowed while frozen")
+        except RuntimeError as e:
+            log(f"guest-file-open while frozen refused as expected: {e}")
+    finally:
+        thawed = agent.cmd("guest-fsfreeze-thaw", timeout=120)
+    log(f"guest-fsfreeze-thaw: {thawed}")
+    resumed = wait_writer_progress(args.writer_log, after, 30)
+    if resumed is None:
+        failures.append("writer did not resume within 30s after the thaw")
+    else:
+        log(f"writer resumed after thaw: {after} -> {resumed}")
+    if agent.cmd("guest-fsfreeze-status") != "thawed":
+        failures.append("guest-fsfreeze-status not thawed after thaw")
+    h = None
+    if {"guest-file-open", "guest-file-read", "guest-file-close"} <= enabled:
+        # every append the writer reported made it to the file, in order, none lost across the freeze
+        try:
+            h = agent.cmd("guest-file-open", {"path": "/var/lib/glwriter/progress", "mode": "r"})
+        except RuntimeError as e:
+            if UNSUPPORTED not in str(e):
+                raise
+            log(f"progress file check skipped: guest-file-open is not implemented in this guestlinkd ({e})")
+            h = None
+    if h is not None:
+        data = b""
+        while True:
+            r = agent.cmd("guest-file-read", {"handle": h, "count": 1 << 20})
+            data += base64.b64decode(r.get("buf-b64", ""))
+            if r.get("eof") or not r.get("count"):
+                break
+        agent.cmd("guest-file-close", {"handle": h})
+        nums = [int(x) for x in data.split()]
+        if nums[: after] != list(range(1, after + 1)):
+            failures.append(f"progress file is not 1..{after} in order (len {len(nums)})")
+        else:
+            log(f"progress file read with guest-file-read: 1..{nums[-1]} in order, nothing lost across the freeze")
+    agent.close()
+
+    if failures:
+        for f in failures:
+            log(f"FAIL: {f}")
+        sys.exit(1)
+    log("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
