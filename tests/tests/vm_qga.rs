@@ -166,6 +166,15 @@ fn vm_agent_protocol() {
     );
     assert_eq!(q.ok("guest-ping", None), json!({}));
 
+    step("the agent kept its port open all along (libvirt drops its connection on every close)");
+    let closes: Vec<_> = vm
+        .qmp
+        .events("VSERPORT_CHANGE")
+        .into_iter()
+        .filter(|e| e["data"]["id"] == "channel0" && e["data"]["open"] == false)
+        .collect();
+    assert!(closes.is_empty(), "agent closed its port: {closes:?}");
+
     step("guest-shutdown powers the VM off (QMP SHUTDOWN)");
     q.send_raw(b"{\"execute\":\"guest-shutdown\"}\n");
     let ev = vm

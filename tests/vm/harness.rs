@@ -62,7 +62,7 @@ fn newest_kernel() -> Option<PathBuf> {
 
 /// The guestlinkd built next to this test binary (target/<profile>/guestlinkd), or `GUESTLINK_VM_AGENT`.
 fn find_agent() -> Option<(PathBuf, AgentKind)> {
-    if let Some(a) = std::env::var_os("GUESTLINK_VM_AGENT") {
+    if let Some(a) = std::env::var_os("GUESTLINK_VM_AGENT").filter(|a| !a.is_empty()) {
         let p = PathBuf::from(a);
         let p = if p.components().count() == 1 {
             which(&p.to_string_lossy()).unwrap_or(p)
