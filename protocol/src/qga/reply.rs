@@ -1,13 +1,15 @@
 //! Replies: QEMU's exact encoder (guest side) and a bounded, 0xFF-aware line decoder (host side).
 //!
-//! The encoder follows `qobject/qjson.c` (`qobject_to_json`, not pretty): `{"return": {}, "id": 7}` with `": "`
-//! and `", "` separators, strings escaped with upper-case `\uXXXX` for control characters, DEL and everything
-//! non-ASCII (surrogate pairs above the BMP), noncharacters replaced by `\uFFFD` (QEMU's modified-UTF-8
-//! decoder rejects them), doubles printed with `%.17g`, then `\n`.
+//! The encoder follows `qobject/qjson.c` + `json-writer.c` (`qobject_to_json`, not pretty): `": "` and `", "`
+//! separators, object members in QEMU's QDict hash order (see [`crate::qga::qdict`]), strings escaped with
+//! upper-case `\uXXXX` for control characters, DEL and everything non-ASCII (surrogate pairs above the BMP),
+//! noncharacters replaced by `\uFFFD` (QEMU's modified-UTF-8 decoder rejects them), doubles printed with
+//! `%.17g`, then `\n`.
 
 use serde_json::{Map, Number, Value};
 
 use crate::qga::error::QgaError;
+use crate::qga::qdict::{bucket, qdict_order};
 use crate::qga::stream::utf8::is_valid_codepoint;
 use crate::qga::stream::{JsonStreamer, Limits, StreamEvent};
 
@@ -49,24 +51,46 @@ impl Reply {
 }
 
 /// Appends the wire form of `reply` to `out`: optional 0xFF, the JSON object, `\n`.
+///
+/// Members come in QEMU's QDict order, so the bytes equal qemu-ga's: `{"return": {}, "id": 7}` but
+/// `{"id": 7, "error": {"class": "GenericError", "desc": "..."}}`.
 pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
     if reply.delimited {
         out.push(DELIMITER);
     }
-    match &reply.body {
-        Ok(v) => {
-            out.extend_from_slice(b"{\"return\": ");
-            write_value(v, out);
-        }
+    let body_key: &[u8] = if reply.body.is_ok() {
+        b"return"
+    } else {
+        b"error"
+    };
+    let write_body = |out: &mut Vec<u8>| match &reply.body {
+        Ok(v) => write_value(v, out),
         Err(e) => {
-            out.extend_from_slice(b"{\"error\": {\"class\": ");
+            out.extend_from_slice(b"{\"class\": ");
             write_str(e.class.as_str(), out);
             out.extend_from_slice(b", \"desc\": ");
             write_str(&e.desc, out);
             out.push(b'}');
         }
+    };
+    out.push(b'{');
+    let id_first = reply.id.is_some()
+        && bucket("id")
+            < bucket(if reply.body.is_ok() {
+                "return"
+            } else {
+                "error"
+            });
+    if let (true, Some(id)) = (id_first, &reply.id) {
+        out.extend_from_slice(b"\"id\": ");
+        write_value(id, out);
+        out.extend_from_slice(b", ");
     }
-    if let Some(id) = &reply.id {
+    out.push(b'"');
+    out.extend_from_slice(body_key);
+    out.extend_from_slice(b"\": ");
+    write_body(out);
+    if let (false, Some(id)) = (id_first, &reply.id) {
         out.extend_from_slice(b", \"id\": ");
         write_value(id, out);
     }
@@ -104,7 +128,7 @@ fn write_value(v: &Value, out: &mut Vec<u8>) {
 
 fn write_object(m: &Map<String, Value>, out: &mut Vec<u8>) {
     out.push(b'{');
-    for (i, (k, v)) in m.iter().enumerate() {
+    for (i, (k, v)) in qdict_order(m).into_iter().enumerate() {
         if i > 0 {
             out.extend_from_slice(b", ");
         }

@@ -1,12 +1,13 @@
 //! The QMP request envelope: `{"execute": ..., "arguments": {...}, "id": ...}` validated like `qmp-dispatch.c`.
 //!
-//! Members are checked in the order they arrived; the first offending member decides the error. The `id` is
+//! Members are checked in QEMU's QDict order; the first offending member decides the error. The `id` is
 //! picked up before any check (QEMU reads it right after the "must be an object" test), so every error reply about
 //! a well-formed object still echoes it.
 
 use serde_json::{Map, Value};
 
 use crate::qga::error::QgaError;
+use crate::qga::qdict::qdict_order;
 use crate::qga::schema::Command;
 
 /// A validated request envelope.
@@ -49,7 +50,8 @@ impl Request {
             error,
         };
         let mut has_execute = false;
-        for (key, val) in &dict {
+        // qmp-dispatch walks the members in QDict order; the first offending one decides the error.
+        for (key, val) in qdict_order(&dict) {
             match key.as_str() {
                 "execute" => {
                     if !val.is_string() {

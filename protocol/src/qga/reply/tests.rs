@@ -37,17 +37,23 @@ fn transcript_replies_byte_exact() {
     );
     assert_eq!(
         enc(&Reply::err(Some(json!([1, {"a": null}])), QgaError::not_found("guest-nonexistent"))),
-        b"{\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command guest-nonexistent has not been found\"}, \"id\": [1, {\"a\": null}]}\n"
+        b"{\"id\": [1, {\"a\": null}], \"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command guest-nonexistent has not been found\"}}\n"
             .as_slice()
     );
 }
 
 #[test]
 fn nested_values_and_escapes() {
-    let v = json!({"exitcode": 0, "out-data": "eAo=", "out-truncated": false, "exited": true, "l": [1, -2, 18446744073709551615u64, 0.5]});
+    // Schema order in, QDict order out (as measured on qemu-ga 7.2's guest-exec-status reply).
+    let v = json!({"exited": true, "exitcode": 0, "out-data": "eAo=", "out-truncated": false});
     assert_eq!(
         to_qemu_json(&v),
-        r#"{"exitcode": 0, "out-data": "eAo=", "out-truncated": false, "exited": true, "l": [1, -2, 18446744073709551615, 0.5]}"#
+        r#"{"exitcode": 0, "out-data": "eAo=", "out-truncated": false, "exited": true}"#
+    );
+    let v = json!({"l": [1, -2, 18446744073709551615u64, 0.5]});
+    assert_eq!(
+        to_qemu_json(&v),
+        r#"{"l": [1, -2, 18446744073709551615, 0.5]}"#
     );
     let s = "q\"b\\s/\u{8}\u{c}\n\r\t\u{1}\u{7f}é€😀\u{FFFE}\0";
     assert_eq!(

@@ -3,6 +3,7 @@
 //! Mirrors `qga/qapi-schema.json` (≈ QEMU 10.x/11.0, 44 commands) plus guestlink's `guestlink-*` extensions.
 
 pub mod args;
+pub mod ghash;
 pub mod types;
 pub mod visit;
 

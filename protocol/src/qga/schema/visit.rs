@@ -164,13 +164,17 @@ pub fn expect_object<'v>(
         .ok_or_else(|| QgaError::param_type(&path.full_name(), "object"))
 }
 
-/// QEMU's `visit_check_struct`: the first member not in `known` is "unexpected".
+/// QEMU's `visit_check_struct`: a member not in `known` (the schema members, in visit order) is "unexpected";
+/// which one is reported when there are several follows QEMU's GHashTable order ([`super::ghash`]).
 pub fn check_struct(
     obj: &Map<String, Value>,
     known: &[&str],
     path: &Path<'_>,
 ) -> Result<(), QgaError> {
-    match obj.keys().find(|k| !known.contains(&k.as_str())) {
+    if obj.keys().all(|k| known.contains(&k.as_str())) {
+        return Ok(());
+    }
+    match super::ghash::first_unexpected(obj, known) {
         Some(extra) => Err(QgaError::param_unexpected(&path.member(extra).full_name())),
         None => Ok(()),
     }
