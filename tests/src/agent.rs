@@ -235,6 +235,7 @@ impl AgentBuilder {
             statedir,
             stderr_path,
             frozen: self.frozen,
+            allow: self.allow.clone(),
             checked: false,
             dir,
         })
@@ -253,6 +254,7 @@ pub struct Agent {
     pub statedir: PathBuf,
     stderr_path: PathBuf,
     frozen: bool,
+    allow: Option<String>,
     checked: bool,
     dir: tempfile::TempDir,
 }
@@ -328,6 +330,21 @@ impl Agent {
             self.checked = true;
         }
         c
+    }
+
+    /// Connects without the 0xFF + guest-sync-delimited reset and without the guest-info safety check: for an
+    /// agent started with an allow-list (`-a`), where sync and info are themselves disabled. Only allowed when
+    /// the allow-list names no dangerous command.
+    pub fn connect_raw(&mut self) -> Client {
+        let allow = self
+            .allow
+            .as_deref()
+            .expect("connect_raw needs an allow-list agent");
+        assert!(
+            allow.split(',').all(|c| !DANGEROUS.contains(&c)),
+            "allow-list {allow} names a dangerous command"
+        );
+        Client::connect(&self.sock, Duration::from_secs(10)).expect("connect")
     }
 
     /// Waits for the process to exit on its own (e.g. after `-D`), up to `timeout`.

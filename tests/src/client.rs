@@ -152,7 +152,15 @@ impl Client {
         );
         req.push(b'\n');
         self.send_raw(&req);
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
         let mut skipped = self.read_through_ff();
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("timeout");
         skipped.pop();
         let reply = self.recv();
         assert_eq!(reply, json!({"return": id}), "guest-sync-delimited reply");

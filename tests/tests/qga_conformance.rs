@@ -320,10 +320,13 @@ both_agents! {
             return;
         }
         let Some(mut agent) = Agent::builder(kind).allow("guest-ping,guest-get-time").start() else { return };
-        let mut c = agent.connect();
+        // everything outside the list is disabled, guest-sync-delimited and guest-info included (upstream
+        // ga_command_is_allowed), so no 0xFF reset here
+        let mut c = agent.connect_raw();
         c.ping();
         c.ok("guest-get-time", None);
         assert_disabled(&mut c, "guest-get-fsinfo", Some("the command is not allowed"));
+        assert_disabled(&mut c, "guest-sync-delimited", Some("the command is not allowed"));
         finish(agent, c);
     }
 }

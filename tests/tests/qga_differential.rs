@@ -549,6 +549,23 @@ fn compare(cmp: Cmp, a: &Value, b: &Value) -> Vec<String> {
     }
 }
 
+/// Reply keys newer than the reference (Debian's qemu-ga 7.2) that guestlinkd deliberately implements from the
+/// latest QAPI schema; removed from guestlinkd's replies before comparing.
+const NEWER_SCHEMA_KEYS: &[&str] = &[
+    "total-bytes-privileged", // guest-get-fsinfo, since 9.1
+];
+
+fn strip_keys(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !NEWER_SCHEMA_KEYS.contains(&k.as_str()));
+            m.values_mut().for_each(strip_keys);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_keys),
+        _ => {}
+    }
+}
+
 #[test]
 fn differential_corpus() {
     let cases = corpus();
@@ -557,7 +574,8 @@ fn differential_corpus() {
         return;
     };
     // validate the corpus against the reference: every Shape/Exact success case really succeeded etc.
-    let ours = run_corpus(AgentKind::Guestlinkd).expect("guestlinkd");
+    let mut ours = run_corpus(AgentKind::Guestlinkd).expect("guestlinkd");
+    ours.iter_mut().for_each(|(_, reply)| strip_keys(reply));
     let mut mismatches = 0;
     for ((name, _, cmp), ((sent, a), (_, b))) in cases.iter().zip(reference.iter().zip(ours.iter()))
     {
