@@ -59,7 +59,10 @@ fn main() -> ExitCode {
             // Generate into memory: clap_complete panics on a write error (e.g. a closed pipe).
             let mut script = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "guestlink", &mut script);
-            stdout.write_all(&script).map(|()| 0).map_err(anyhow::Error::from)
+            stdout
+                .write_all(&script)
+                .map(|()| 0)
+                .map_err(anyhow::Error::from)
         }
         _ => commands::run(&cli, &mut stdout),
     };

@@ -223,6 +223,49 @@ impl Session {
     }
 }
 
+/// A stream of requests whose replies are consumed in order, with several requests in flight on transports
+/// that allow it (file chunks: the agent works on one chunk while the host encodes or decodes the next).
+pub trait Pipeline {
+    /// The next request (`command`, `arguments`), or `None` to stop issuing for now. `in_flight` requests are
+    /// still awaiting replies; returning `None` with nothing in flight ends the pipeline.
+    fn next_request(&mut self, in_flight: usize) -> Result<Option<(&'static str, Value)>>;
+    /// The `return` value of the oldest outstanding request.
+    fn on_reply(&mut self, command: &'static str, value: Value) -> Result<()>;
+}
+
+impl Session {
+    /// Run `p` with up to `depth` requests in flight (1 on transports that cannot pipeline).
+    pub fn run_pipeline(&mut self, depth: usize, p: &mut dyn Pipeline) -> Result<()> {
+        if !self.transport.can_pipeline() || depth <= 1 {
+            while let Some((command, args)) = p.next_request(0)? {
+                let value = self.call(command, Some(args))?;
+                p.on_reply(command, value)?;
+            }
+            return Ok(());
+        }
+        let mut in_flight: std::collections::VecDeque<(Value, &'static str)> =
+            std::collections::VecDeque::new();
+        loop {
+            while in_flight.len() < depth {
+                let Some((command, args)) = p.next_request(in_flight.len())? else {
+                    break;
+                };
+                let mut request = Map::new();
+                request.insert("execute".into(), Value::String(command.to_owned()));
+                request.insert("arguments".into(), args);
+                let id = self.transport.send(request)?;
+                in_flight.push_back((id, command));
+            }
+            let Some((id, command)) = in_flight.pop_front() else {
+                return Ok(());
+            };
+            let timeout = self.timeouts.for_command(command);
+            let reply = self.transport.receive(&id, command, timeout)?;
+            p.on_reply(command, unwrap_reply(command, reply)?)?;
+        }
+    }
+}
+
 /// Turn a reply object into its `return` value or an [`Error::Agent`].
 pub fn unwrap_reply(command: &str, mut reply: Value) -> Result<Value> {
     if let Some(ret) = reply.get_mut("return") {

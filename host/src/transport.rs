@@ -27,6 +27,23 @@ pub const MAX_REPLY_BYTES: usize = 80 << 20;
 pub trait Transport: std::fmt::Debug {
     /// Send one request object and return the agent's reply object (`{"return": …}` or `{"error": …}`).
     fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value>;
+    /// True when [`Transport::send`]/[`Transport::receive`] can keep several requests in flight.
+    fn can_pipeline(&self) -> bool {
+        false
+    }
+    /// Send a request without waiting for its reply; returns the id to pass to [`Transport::receive`].
+    fn send(&mut self, _request: Map<String, Value>) -> Result<Value> {
+        Err(Error::Unsupported(
+            "this transport cannot pipeline requests".into(),
+        ))
+    }
+    /// Wait for the reply to the request sent with `id` (replies arrive in request order).
+    fn receive(&mut self, _id: &Value, command: &str, timeout: Duration) -> Result<Value> {
+        Err(Error::Timeout {
+            command: command.to_owned(),
+            timeout,
+        })
+    }
     /// Close a per-batch connection; the next exchange reconnects (and re-syncs).
     fn release(&mut self) {}
     /// Connect and sync now instead of on the first exchange.
@@ -233,13 +250,22 @@ impl StreamTransport {
 }
 
 impl Transport for StreamTransport {
-    fn exchange(&mut self, mut request: Map<String, Value>, timeout: Duration) -> Result<Value> {
-        self.ensure_connected()?;
+    fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value> {
         let command = request
             .get("execute")
             .and_then(Value::as_str)
             .unwrap_or("request")
             .to_owned();
+        let id = self.send(request)?;
+        self.receive(&id, &command, timeout)
+    }
+
+    fn can_pipeline(&self) -> bool {
+        true
+    }
+
+    fn send(&mut self, mut request: Map<String, Value>) -> Result<Value> {
+        self.ensure_connected()?;
         let id = match request.get("id") {
             Some(id) => id.clone(),
             None => {
@@ -257,10 +283,14 @@ impl Transport for StreamTransport {
             self.conn = None;
             return Err(Error::Io(e));
         }
+        Ok(id)
+    }
+
+    fn receive(&mut self, id: &Value, command: &str, timeout: Duration) -> Result<Value> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.read_event(deadline)? {
-                Some(ReplyEvent::Reply(reply)) if reply.id.as_ref() == Some(&id) => {
+                Some(ReplyEvent::Reply(reply)) if reply.id.as_ref() == Some(id) => {
                     return Ok(reply_value(reply))
                 }
                 Some(ReplyEvent::Reply(reply)) => debug!(?reply, "ignoring reply with another id"),
@@ -274,7 +304,10 @@ impl Transport for StreamTransport {
                 None => {
                     // Out of sync now: a late reply may still arrive. Re-sync on the next exchange.
                     self.conn = None;
-                    return Err(Error::Timeout { command, timeout });
+                    return Err(Error::Timeout {
+                        command: command.to_owned(),
+                        timeout,
+                    });
                 }
             }
         }

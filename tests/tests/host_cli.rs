@@ -210,6 +210,19 @@ both_agents!(
         assert_eq!(pull["verified"], verified, "{pull}");
         assert_eq!(sha256(&std::fs::read(&back).expect("pulled file")), sha256(&data));
 
+        // Edge sizes: empty, and an exact multiple of the chunk (the last full read does not see EOF yet).
+        for (len, chunk) in [(0usize, "4096"), (8192, "4096"), (4097, "4096")] {
+            let data = &data[..len];
+            let src = dir.path().join(format!("edge-{len}"));
+            std::fs::write(&src, data).expect("write edge");
+            let guest = guest_dir.join(format!("edge-{len}"));
+            let back = dir.path().join(format!("edge-{len}.back"));
+            let (s_src, s_guest, s_back) = (src.to_str().expect("utf8"), guest.to_str().expect("utf8"), back.to_str().expect("utf8"));
+            assert_eq!(json(&s, &["file", "push", "--chunk-size", chunk, s_src, s_guest])["bytes"], len);
+            assert_eq!(json(&s, &["file", "pull", "--chunk-size", chunk, s_guest, s_back])["bytes"], len);
+            assert_eq!(std::fs::read(&back).expect("edge back"), data);
+        }
+
         // A failed pull leaves nothing under the final name (and no temp file).
         let missing = dir.path().join("missing.bin");
         let out = guestlink(&s, &["file", "pull", "/nonexistent/guestlink/x", missing.to_str().expect("utf8")], None);
