@@ -1,8 +1,7 @@
 //! guest-file-*: the handle table, the persistent handle counter (`<statedir>/qga.state`), fopen-mode mapping and
 //! the read/write/seek/flush semantics of qemu-ga (stdio-like, but unbuffered: every call goes straight to the fd).
 //!
-//! Reads encode base64 chunk by chunk into one pre-sized string, so a 48 MiB read peaks at the 64 MiB answer plus
-//! one 3 MiB chunk instead of qemu-ga's raw buffer + base64 + JSON copy.
+//! Reads are done by [`super::file_read`].
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -15,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use base64::Engine;
 
 use super::error::{CommandError, CommandResult};
+pub use super::file_read::FileRead;
 
 /// First handle id (qemu-ga's `QGA_PSTATE_DEFAULT_FD_COUNTER`).
 pub const FIRST_HANDLE: i64 = 1000;
@@ -22,27 +22,6 @@ pub const FIRST_HANDLE: i64 = 1000;
 pub const READ_COUNT_DEFAULT: i64 = 4096;
 /// Largest `count` of guest-file-read (48 MiB: base64 of it fits the 64 MiB JSON limit).
 pub const READ_COUNT_MAX: i64 = 48 * 1024 * 1024;
-/// Read chunk, a multiple of 3 so every full chunk encodes without padding.
-const CHUNK: usize = 3 * 1024 * 1024;
-
-/// The answer of guest-file-read, kept apart from `serde_json::Value` so the (up to 64 MiB) base64 string can be
-/// written out without another copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileRead {
-    /// Bytes read.
-    pub count: i64,
-    /// Base64 of the bytes ("" at EOF).
-    pub buf_b64: String,
-    /// Whether the read hit end of file.
-    pub eof: bool,
-}
-
-impl FileRead {
-    /// As a JSON value with the QAPI member names.
-    pub fn into_value(self) -> serde_json::Value {
-        serde_json::json!({ "count": self.count, "buf-b64": self.buf_b64, "eof": self.eof })
-    }
-}
 
 /// One open file.
 #[derive(Debug)]
@@ -300,7 +279,7 @@ impl FileTable {
             Some(c) => return Err(CommandError::invalid_value(c, "count")),
         };
         let mut of = lock(&of);
-        read_b64(&mut of.file, count as usize)
+        super::file_read::read_raw(&mut of.file, count as usize)
     }
 
     /// guest-file-write.
@@ -366,58 +345,6 @@ impl FileTable {
     }
 }
 
-/// Reads up to `count` bytes, base64-encoding chunk by chunk into one string.
-fn read_b64(file: &mut File, count: usize) -> CommandResult<FileRead> {
-    // Size the answer from what is left in a regular file, so small files don't reserve count*4/3.
-    let want = match (file.metadata(), file.stream_position()) {
-        (Ok(m), Ok(pos)) if m.is_file() => count.min(m.len().saturating_sub(pos) as usize + 1),
-        _ => count.min(CHUNK),
-    };
-    let engine = &base64::engine::general_purpose::STANDARD;
-    let mut out = String::with_capacity(want.div_ceil(3) * 4);
-    let mut buf = vec![0u8; count.clamp(3, CHUNK)];
-    let mut filled = 0usize; // bytes in buf not yet encoded
-    let mut total = 0usize;
-    let mut eof = false;
-    let mut would_block = None;
-    while total < count {
-        let room = (buf.len() - filled).min(count - total);
-        match file.read(&mut buf[filled..filled + room]) {
-            Ok(0) => {
-                eof = true;
-                break;
-            }
-            Ok(n) => {
-                filled += n;
-                total += n;
-                if filled == buf.len() {
-                    let whole = filled / 3 * 3;
-                    engine.encode_string(&buf[..whole], &mut out);
-                    buf.copy_within(whole..filled, 0);
-                    filled -= whole;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                would_block = Some(e);
-                break;
-            }
-            Err(e) => return Err(CommandError::io("failed to read file", &e)),
-        }
-    }
-    if let Some(e) = would_block {
-        if total == 0 {
-            return Err(CommandError::io("failed to read file", &e));
-        }
-    }
-    engine.encode_string(&buf[..filled], &mut out);
-    Ok(FileRead {
-        count: total as i64,
-        buf_b64: out,
-        eof,
-    })
-}
-
 /// The extension `guestlink-file-rename`: rename(2), atomic within one filesystem.
 pub fn rename(from: &str, to: &str) -> CommandResult<()> {
     std::fs::rename(from, to)
@@ -479,15 +406,15 @@ mod tests {
         assert_eq!(h, FIRST_HANDLE + 1);
         let r = t.read(h, None).unwrap();
         assert_eq!(
-            (r.count, r.eof, r.buf_b64.as_str()),
+            (r.count, r.eof, r.b64().as_str()),
             (14, true, b64(data).as_str())
         );
         let r = t.read(h, None).unwrap();
-        assert_eq!((r.count, r.eof, r.buf_b64.as_str()), (0, true, ""));
+        assert_eq!((r.count, r.eof, r.b64().as_str()), (0, true, ""));
         assert_eq!(t.seek(h, 6, 0).unwrap(), (6, false));
         let r = t.read(h, None).unwrap();
         assert_eq!((r.count, r.eof), (8, true));
-        assert_eq!(decode_base64(&r.buf_b64).unwrap(), &data[6..]);
+        assert_eq!(r.data.clone(), &data[6..]);
         // writing to a read-only handle
         let e = t.write(h, &b64(b"x"), None).unwrap_err();
         assert_eq!(
@@ -510,7 +437,7 @@ mod tests {
         let h = t.open(p.to_str().unwrap(), Some("w+")).unwrap();
         t.write(h, &b64(b"Hello World!\n\0"), None).unwrap();
         let r = t.read(h, None).unwrap();
-        assert_eq!((r.count, r.eof, r.buf_b64.as_str()), (0, true, ""));
+        assert_eq!((r.count, r.eof, r.b64().as_str()), (0, true, ""));
         assert_eq!(t.seek(h, 0, 0).unwrap(), (0, false));
         let r = t.read(h, None).unwrap();
         assert_eq!((r.count, r.eof), (14, true));
@@ -570,6 +497,8 @@ mod tests {
         assert_eq!(decode_base64("").unwrap(), b"");
     }
 
+    const CHUNK: usize = 3 * 1024 * 1024;
+
     #[test]
     fn large_read_chunks_and_fifo_does_not_block() {
         let dir = tempfile::tempdir().unwrap();
@@ -583,12 +512,12 @@ mod tests {
         let r = t.read(h, Some(READ_COUNT_MAX)).unwrap();
         assert_eq!(r.count as usize, data.len());
         assert!(r.eof);
-        assert_eq!(r.buf_b64, b64(&data));
+        assert_eq!(r.b64(), b64(&data));
         // exact count: no EOF seen yet
         t.seek(h, 0, 0).unwrap();
         let r = t.read(h, Some(CHUNK as i64 + 1)).unwrap();
         assert_eq!((r.count as usize, r.eof), (CHUNK + 1, false));
-        assert_eq!(r.buf_b64, b64(&data[..CHUNK + 1]));
+        assert_eq!(r.b64(), b64(&data[..CHUNK + 1]));
 
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
