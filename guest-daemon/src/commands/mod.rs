@@ -351,3 +351,119 @@ impl Services {
 async fn system_blocking(f: fn() -> Value) -> CommandResult<Value> {
     blocking(move || Ok(f())).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    fn cmd(name: &str, args: Value) -> Command {
+        Command::parse(name, args.as_object()).unwrap()
+    }
+
+    fn services(dir: &std::path::Path) -> Services {
+        Services::new(ServicesConfig {
+            statedir: dir.to_owned(),
+            ..ServicesConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn file_round_trip_through_dispatch() {
+        let d = tempfile::tempdir().unwrap();
+        let s = services(d.path());
+        let path = d.path().join("foo");
+        let h = s
+            .execute(cmd("guest-file-open", json!({"path": path, "mode": "w+"})))
+            .await
+            .unwrap();
+        assert_eq!(h, json!(1000));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(b"Hello World!\n\0");
+        let w = s
+            .execute(cmd(
+                "guest-file-write",
+                json!({"handle": 1000, "buf-b64": b64}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(w, json!({"count": 14, "eof": false}));
+        let p = s
+            .execute(cmd(
+                "guest-file-seek",
+                json!({"handle": 1000, "offset": 6, "whence": "set"}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(p, json!({"position": 6, "eof": false}));
+        let r = s
+            .execute(cmd(
+                "guest-file-read",
+                json!({"handle": 1000, "count": 100000}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(r["count"], 8);
+        assert_eq!(r["eof"], true);
+        s.execute(cmd("guest-file-flush", json!({"handle": 1000})))
+            .await
+            .unwrap();
+        s.execute(cmd("guest-file-close", json!({"handle": 1000})))
+            .await
+            .unwrap();
+        let e = s
+            .execute(cmd("guest-file-close", json!({"handle": 1000})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_qga().desc, "handle '1000' has not been found");
+        let e = s.execute(cmd("guest-ping", json!({}))).await.unwrap_err();
+        assert_eq!(
+            e.to_qga().class,
+            guestlink_protocol::qga::ErrorClass::CommandNotFound
+        );
+    }
+
+    #[tokio::test]
+    async fn exec_and_info_through_dispatch() {
+        let d = tempfile::tempdir().unwrap();
+        let s = services(d.path());
+        let pid = s
+            .execute(cmd(
+                "guest-exec",
+                json!({"path": "/bin/sh", "arg": ["-c", "printf hi"], "capture-output": "merged"}),
+            ))
+            .await
+            .unwrap()["pid"]
+            .as_i64()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let st = loop {
+            let st = s
+                .execute(cmd("guest-exec-status", json!({"pid": pid})))
+                .await
+                .unwrap();
+            if st["exited"] == true {
+                break st;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(st["out-data"], "aGk=");
+        for name in [
+            "guest-get-time",
+            "guest-get-host-name",
+            "guest-get-timezone",
+            "guest-get-osinfo",
+            "guest-get-users",
+            "guest-get-load",
+            "guest-get-cpustats",
+            "guest-network-get-interfaces",
+            "guest-network-get-route",
+            "guest-get-fsinfo",
+            "guest-get-disks",
+        ] {
+            let v = s.execute(cmd(name, json!({}))).await;
+            assert!(v.is_ok(), "{name}: {v:?}");
+        }
+    }
+}
