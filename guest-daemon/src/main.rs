@@ -31,7 +31,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use config::Config;
 use freeze::hook::Hook;
 use freeze::{FreezeConfig, Freezer};
-use server::dispatch::{Backend, Dispatcher};
+use server::dispatch::{Backend, Dispatcher, Output, StreamedReply};
 use server::policy::Policy;
 use state::StateDir;
 
@@ -43,8 +43,36 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 struct ServicesBackend(commands::Services);
 
 impl Backend for ServicesBackend {
-    async fn execute(&self, cmd: Command) -> Result<Value, QgaError> {
-        self.0.execute(cmd).await.map_err(|e| e.to_qga())
+    async fn execute(&self, cmd: Command) -> Result<Output, QgaError> {
+        let out = match cmd {
+            // guest-file-read's answer is written in pieces (no 64 MiB JSON string).
+            read @ Command::GuestFileRead(_) => match self.0.execute_payload(read).await {
+                Ok(commands::Payload::FileRead(r)) => {
+                    Ok(Output::Streamed(Box::new(FileReadReply(r))))
+                }
+                Ok(commands::Payload::Value(v)) => Ok(Output::Value(v)),
+                Err(e) => Err(e),
+            },
+            other => self.0.execute(other).await.map(Output::Value),
+        };
+        out.map_err(|e| e.to_qga())
+    }
+}
+
+/// guest-file-read's answer written in pieces: base64-encoded chunk by chunk straight into the channel.
+#[derive(Debug)]
+struct FileReadReply(commands::file_read::FileRead);
+
+/// Raw bytes per base64 chunk (a multiple of 3, so the chunks concatenate without padding).
+const FILE_READ_CHUNK: usize = 3 << 20;
+
+impl StreamedReply for FileReadReply {
+    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>) {
+        self.0.reply_parts(id, delimited)
+    }
+
+    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_> {
+        Box::new(self.0.b64_chunks(FILE_READ_CHUNK))
     }
 }
 

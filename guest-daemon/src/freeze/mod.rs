@@ -262,8 +262,30 @@ impl Freezer {
             .map_err(|e| FreezeError::Internal(e.to_string()))
     }
 
+    /// Run `f` on this freezer in its own task: dropping the caller's future (SIGTERM arrived, the connection
+    /// went away) never abandons a freeze or thaw half-way; a later [`Freezer::thaw_for_exit`] waits for it.
+    async fn detached<T, F, Fut>(&self, f: F) -> Result<T, FreezeError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Freezer>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, FreezeError>> + Send + 'static,
+    {
+        let me = self
+            .me
+            .upgrade()
+            .ok_or_else(|| FreezeError::Internal("freezer dropped".to_owned()))?;
+        tokio::spawn(f(me))
+            .await
+            .map_err(|e| FreezeError::Internal(e.to_string()))?
+    }
+
     /// `guest-fsfreeze-freeze` (`only = None`) and `guest-fsfreeze-freeze-list` (`only = Some(mountpoints)`).
     pub async fn freeze(&self, only: Option<Vec<String>>) -> Result<i64, FreezeError> {
+        self.detached(|me| async move { me.freeze_now(only).await })
+            .await
+    }
+
+    async fn freeze_now(&self, only: Option<Vec<String>>) -> Result<i64, FreezeError> {
         let mut inner = self.inner.lock().await;
         tracing::info!("guest-fsfreeze called");
         if let Some(hook) = &self.cfg.hook {
@@ -315,6 +337,10 @@ impl Freezer {
 
     /// `guest-fsfreeze-thaw`.
     pub async fn thaw(&self) -> Result<i64, FreezeError> {
+        self.detached(|me| async move { me.thaw_now().await }).await
+    }
+
+    async fn thaw_now(&self) -> Result<i64, FreezeError> {
         let mut inner = self.inner.lock().await;
         let mounts = self.read_mounts()?;
         self.thaw_locked(&mut inner, &mounts).await
@@ -382,11 +408,17 @@ impl Freezer {
 
     /// On SIGTERM/SIGINT: thaw if frozen (qemu-ga would refuse to exit), then the caller exits 0.
     pub async fn thaw_for_exit(&self) {
+        // Taking the lock first waits for a freeze still in progress (hook or FIFREEZE walk), then decides.
+        let mut inner = self.inner.lock().await;
         if !self.is_frozen() {
             return;
         }
         tracing::warn!("terminating while frozen: thawing filesystems first");
-        match self.thaw().await {
+        let result = match self.read_mounts() {
+            Ok(mounts) => self.thaw_locked(&mut inner, &mounts).await,
+            Err(e) => Err(e),
+        };
+        match result {
             Ok(n) => tracing::info!("thawed {n} filesystem(s) before exit"),
             Err(e) => tracing::error!("thaw before exit: {e}"),
         }

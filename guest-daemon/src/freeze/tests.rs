@@ -330,3 +330,25 @@ async fn thaw_for_exit_only_when_frozen() {
     assert!(!f.is_frozen() && fx.ops.frozen().is_empty());
     assert!(fx.changes.load(Ordering::SeqCst) >= 2);
 }
+
+#[tokio::test]
+async fn sigterm_during_a_freeze_waits_for_it_then_thaws() {
+    let fx = Fixture::new();
+    // The hook takes a moment; the caller gives up (its future is dropped) while it runs.
+    let f = fx.freezer(
+        Some(fx.hook("[ \"$1\" = freeze ] && sleep 1; exit 0")),
+        HookFailure::Abort,
+        None,
+    );
+    let r = tokio::time::timeout(Duration::from_millis(200), f.freeze(None)).await;
+    assert!(r.is_err(), "the caller timed out");
+    // The freeze goes on in its own task; the exit path waits for it and thaws everything.
+    f.thaw_for_exit().await;
+    assert_eq!(freezes(&fx.ops.calls()).len(), 4, "the freeze completed");
+    assert!(
+        fx.ops.frozen().is_empty(),
+        "left frozen: {:?}",
+        fx.ops.frozen()
+    );
+    assert!(!f.is_frozen() && !fx.marker_exists());
+}

@@ -13,10 +13,42 @@ use serde_json::{json, Value};
 use super::policy::Policy;
 use crate::freeze::Freezer;
 
+/// A reply written in pieces so a large body (guest-file-read's base64) is never held as one JSON string.
+pub trait StreamedReply: Send + Sync + std::fmt::Debug {
+    /// The reply line split around the large member: `(prefix, suffix)`, framing (0xFF, `id`, member order)
+    /// exactly as `encode_reply` would produce it.
+    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>);
+    /// The large member's text, in order, already JSON-safe (base64).
+    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_>;
+}
+
+/// What a handler returns.
+#[derive(Debug)]
+pub enum Output {
+    /// Any return value.
+    Value(Value),
+    /// A reply to be written in pieces (guest-file-read).
+    Streamed(Box<dyn StreamedReply>),
+}
+
+/// What the core sends for one request.
+#[derive(Debug)]
+pub enum Response {
+    /// An ordinary reply.
+    Reply(Reply),
+    /// A reply written in pieces.
+    Streamed {
+        /// The request id.
+        id: Option<Value>,
+        /// The body.
+        body: Box<dyn StreamedReply>,
+    },
+}
+
 /// The command handlers behind the core.
 pub trait Backend: Send + Sync {
     /// Run one parsed command.
-    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Value, QgaError>> + Send;
+    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Output, QgaError>> + Send;
 }
 
 /// The dispatch core.
@@ -58,25 +90,25 @@ impl<B: Backend> Dispatcher<B> {
     }
 
     /// Handle one top-level JSON value; `None` when nothing is to be sent (success of a no-response command).
-    pub async fn handle(&self, value: Value) -> Option<Reply> {
+    pub async fn handle(&self, value: Value) -> Option<Response> {
         let req = match Request::from_value(value) {
             Ok(r) => r,
-            Err(e) => return Some(Reply::err(e.id, e.error)),
+            Err(e) => return Some(Response::Reply(Reply::err(e.id, e.error))),
         };
         let id = req.id.clone();
         let name = req.execute.as_str();
         // Commands qemu-ga doesn't build for Linux (guest-get-devices) don't exist here (QEMU >= 9.1 behaviour).
         if !find_command(name).is_some_and(|c| c.linux) {
             tracing::debug!(command = name, "unknown command");
-            return Some(Reply::err(id, QgaError::not_found(name)));
+            return Some(Response::Reply(Reply::err(id, QgaError::not_found(name))));
         }
         if let Err(e) = self.policy.check(name, self.freezer.is_frozen()) {
             tracing::debug!(command = name, "refused: {}", e.desc);
-            return Some(Reply::err(id, e));
+            return Some(Response::Reply(Reply::err(id, e)));
         }
         let cmd = match req.command() {
             Ok(c) => c,
-            Err(e) => return Some(Reply::err(id, e)),
+            Err(e) => return Some(Response::Reply(Reply::err(id, e))),
         };
         tracing::debug!(command = name, id = ?req.id, "executing");
         let success_response = cmd.success_response();
@@ -98,7 +130,14 @@ impl<B: Backend> Dispatcher<B> {
                 .await
                 .map(|n| json!(n))
                 .map_err(|e| QgaError::generic(e.to_string())),
-            other => self.backend.execute(other).await,
+            other => match self.backend.execute(other).await {
+                Ok(Output::Value(v)) => Ok(v),
+                Ok(Output::Streamed(body)) => {
+                    tracing::debug!(command = name, "ok");
+                    return Some(Response::Streamed { id, body });
+                }
+                Err(e) => Err(e),
+            },
         };
         match &result {
             Ok(_) => tracing::debug!(command = name, "ok"),
@@ -106,12 +145,12 @@ impl<B: Backend> Dispatcher<B> {
         }
         match result {
             Ok(_) if !success_response => None,
-            Ok(v) => Some(Reply {
+            Ok(v) => Some(Response::Reply(Reply {
                 id,
                 body: Ok(v),
                 delimited,
-            }),
-            Err(e) => Some(Reply::err(id, e)),
+            })),
+            Err(e) => Some(Response::Reply(Reply::err(id, e))),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The dispatch loop: bytes from the transport → [`JsonStreamer`] → [`Dispatcher::handle`] → [`encode_reply`] →
-//! transport. One request at a time, in order; replies are written before the next request is parsed.
+//! The dispatch loop: bytes from the transport → [`JsonStreamer`] → [`Dispatcher::handle`] → reply encoding →
+//! transport. One request at a time, in order; each reply is written before the next request is handled.
 
 pub mod dispatch;
 pub mod policy;
@@ -9,12 +9,58 @@ mod tests;
 use guestlink_protocol::qga::{encode_reply, JsonStreamer, Limits, Reply, StreamEvent};
 
 use crate::transport::{Channel, TransportError};
-use dispatch::{Backend, Dispatcher};
+use dispatch::{Backend, Dispatcher, Response};
 
 /// qemu-ga's read size (`QGA_READ_COUNT_DEFAULT`).
 const READ_CHUNK: usize = 4096;
 
-/// Feed `bytes` to the streamer and collect the replies to send, in order (the testable heart of [`serve`]).
+/// The response to one stream event: a request's reply, or the id-less error of a parse error.
+async fn respond<B: Backend>(d: &Dispatcher<B>, ev: StreamEvent) -> Option<Response> {
+    match ev {
+        StreamEvent::Value(v) => d.handle(v).await,
+        StreamEvent::Error(e) => Some(Response::Reply(Reply::err(None, e))),
+    }
+}
+
+/// The pieces of a response on the wire, in order. An ordinary reply is one piece; a streamed one (guest-file-read)
+/// is its prefix, the base64 chunks, and its suffix, so the large body is never joined into one buffer.
+fn pieces<'a>(
+    resp: &'a Response,
+    out: &'a mut Vec<u8>,
+) -> Box<dyn Iterator<Item = Piece<'a>> + 'a> {
+    match resp {
+        Response::Reply(r) => {
+            out.clear();
+            encode_reply(r, out);
+            Box::new(std::iter::once(Piece::Borrowed(&out[..])))
+        }
+        Response::Streamed { id, body } => {
+            let (prefix, suffix) = body.reply_parts(id.clone(), false);
+            Box::new(
+                std::iter::once(Piece::Owned(prefix))
+                    .chain(body.chunks().map(|c| Piece::Owned(c.into_bytes())))
+                    .chain(std::iter::once(Piece::Owned(suffix))),
+            )
+        }
+    }
+}
+
+/// One piece of a reply.
+enum Piece<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Piece<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Borrowed(b) => b,
+            Piece::Owned(v) => v,
+        }
+    }
+}
+
+/// Feed `bytes` to the streamer and collect the replies, in order (the testable heart of [`serve`]).
 #[cfg(test)]
 pub async fn process<B: Backend>(
     streamer: &mut JsonStreamer,
@@ -22,13 +68,12 @@ pub async fn process<B: Backend>(
     bytes: &[u8],
     out: &mut Vec<u8>,
 ) {
+    let mut buf = Vec::new();
     for ev in streamer.feed(bytes) {
-        let reply = match ev {
-            StreamEvent::Value(v) => d.handle(v).await,
-            StreamEvent::Error(e) => Some(Reply::err(None, e)),
-        };
-        if let Some(r) = reply {
-            encode_reply(&r, out);
+        if let Some(resp) = respond(d, ev).await {
+            for p in pieces(&resp, &mut buf) {
+                out.extend_from_slice(p.bytes());
+            }
         }
     }
 }
@@ -47,20 +92,17 @@ pub async fn serve<B: Backend>(
             Err(e) => return e,
         };
         for ev in streamer.feed(&buf[..n]) {
-            let reply = match ev {
-                StreamEvent::Value(v) => d.handle(v).await,
-                StreamEvent::Error(e) => Some(Reply::err(None, e)),
+            let Some(resp) = respond(d, ev).await else {
+                continue;
             };
-            if let Some(r) = reply {
-                out.clear();
-                encode_reply(&r, &mut out);
-                if let Err(e) = channel.write_all(&out).await {
+            for p in pieces(&resp, &mut out) {
+                if let Err(e) = channel.write_all(p.bytes()).await {
                     return e;
                 }
-                // Don't keep a 64 MiB buffer around after a big file read.
-                if out.capacity() > 1 << 20 {
-                    out = Vec::new();
-                }
+            }
+            // Don't keep a large buffer around after a big reply.
+            if out.capacity() > 1 << 20 {
+                out = Vec::new();
             }
         }
     }

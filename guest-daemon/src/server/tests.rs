@@ -6,7 +6,7 @@ use guestlink_protocol::qga::schema::Command;
 use guestlink_protocol::qga::QgaError;
 use serde_json::{json, Value};
 
-use super::dispatch::{Backend, Dispatcher};
+use super::dispatch::{Backend, Dispatcher, Output, StreamedReply};
 use super::policy::Policy;
 use super::{new_streamer, process};
 use crate::cli::HookFailure;
@@ -20,13 +20,13 @@ struct FakeBackend {
 }
 
 impl Backend for Arc<FakeBackend> {
-    async fn execute(&self, cmd: Command) -> Result<Value, QgaError> {
+    async fn execute(&self, cmd: Command) -> Result<Output, QgaError> {
         self.seen.lock().unwrap().push(cmd.name().to_owned());
         match cmd {
-            Command::GuestGetTime => Ok(json!(1234)),
-            Command::GuestShutdown(_) => Ok(json!({})),
+            Command::GuestGetTime => Ok(Output::Value(json!(1234))),
+            Command::GuestFileRead(_) => Ok(Output::Streamed(Box::new(FakeStreamed))),
             Command::GuestSuspendRam => Err(QgaError::generic("suspend failed")),
-            _ => Ok(json!({})),
+            _ => Ok(Output::Value(json!({}))),
         }
     }
 }
@@ -256,5 +256,32 @@ async fn allow_list_reason_on_the_wire() {
     assert_eq!(
         l[1]["error"]["desc"],
         "Command guest-get-fsinfo has been disabled: the command is not allowed"
+    );
+}
+
+#[derive(Debug)]
+struct FakeStreamed;
+
+impl StreamedReply for FakeStreamed {
+    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>) {
+        (
+            format!("P{id:?}{delimited}|").into_bytes(),
+            b"|S\n".to_vec(),
+        )
+    }
+
+    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_> {
+        Box::new(["ab", "cd", "ef"].into_iter().map(String::from))
+    }
+}
+
+#[tokio::test]
+async fn streamed_replies_are_written_in_order_between_others() {
+    let f = fx(Policy::default(), false);
+    let req = br#"{"execute":"guest-ping"}{"execute":"guest-file-read","arguments":{"handle":1000},"id":"r1"}{"execute":"guest-ping"}"#;
+    let out = wire(&f, req).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "{\"return\": {}}\nPSome(String(\"r1\"))false|abcdef|S\n{\"return\": {}}\n"
     );
 }
