@@ -222,6 +222,7 @@ async fn run(
     let mut streamer = server::new_streamer();
     let mut notified = false;
     loop {
+        let activated = activation.is_some();
         let opened = transport::open(&cfg.method, cfg.path.as_deref(), activation.take());
         let mut channel = match opened {
             Ok(c) => c,
@@ -240,7 +241,11 @@ async fn run(
             if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
                 tracing::debug!("sd_notify: {e}");
             }
-            tracing::info!(method = %cfg.method, path = ?cfg.path, "guestlinkd {VERSION} ready");
+            if activated {
+                tracing::info!("guestlinkd {VERSION} ready (socket activation)");
+            } else {
+                tracing::info!(method = %cfg.method, path = ?cfg.path, "guestlinkd {VERSION} ready");
+            }
         }
         let err = tokio::select! {
             e = server::serve(&mut channel, &d, &mut streamer) => e,

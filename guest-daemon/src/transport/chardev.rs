@@ -129,14 +129,22 @@ impl Chardev {
     }
 
     /// Write everything, awaiting writability on EAGAIN (backpressure, no busy loop). If the other side is gone
-    /// (EIO/EPIPE), the rest of the reply is dropped: there is nobody to read it.
+    /// (EIO/EPIPE, or EAGAIN while the port polls HUP), the rest of the reply is dropped: nobody will read it.
     pub async fn write_all(&mut self, mut data: &[u8]) -> Result<(), TransportError> {
         while !data.is_empty() {
             let mut guard = self.fd.writable().await.map_err(TransportError::Lost)?;
+            // A virtio port without a host polls HUP and writes EAGAIN until a host connects: a reply for the
+            // host that left would only confuse the next one, so it is dropped instead of waited on.
+            let hung_up = guard.ready().is_write_closed();
             let res = guard
                 .try_io(|inner| nix::unistd::write(inner.get_ref(), data).map_err(io::Error::from));
             drop(guard);
             match res {
+                Err(_would_block) if hung_up => {
+                    self.host_absent("HUP on write");
+                    tracing::debug!(path = %self.path, "reply dropped, no host connected");
+                    return Ok(());
+                }
                 Err(_would_block) => continue,
                 Ok(Ok(n)) => data = &data[n..],
                 Ok(Err(e)) => {
@@ -236,6 +244,41 @@ mod tests {
         .await
         .unwrap()
         .unwrap();
+    }
+
+    #[tokio::test]
+    async fn slow_reader_gets_backpressure_not_a_spin() {
+        let (master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        let big = vec![b'x'; 1 << 20];
+        let cpu0 = cpu_time();
+        // Nobody reads the master: the write must wait (not fail, not spin).
+        let r = tokio::time::timeout(Duration::from_millis(1000), dev.write_all(&big)).await;
+        assert!(r.is_err(), "1 MiB cannot fit in a pty buffer");
+        let cpu = cpu_time() - cpu0;
+        assert!(
+            cpu < Duration::from_millis(300),
+            "burned {cpu:?} CPU waiting for the reader"
+        );
+        // Now the reader drains: the write completes with every byte delivered.
+        let reader = std::thread::spawn(move || {
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 65536];
+            while got < (1 << 20) {
+                match nix::unistd::read(&master, &mut buf) {
+                    Ok(n) if n > 0 => got += n,
+                    Ok(_) => break,
+                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            got
+        });
+        tokio::time::timeout(Duration::from_secs(30), dev.write_all(&big))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(reader.join().unwrap() >= 1 << 20);
     }
 
     #[test]
