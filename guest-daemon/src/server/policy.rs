@@ -44,17 +44,21 @@ impl Policy {
     }
 
     /// `Ok(())` if `name` may run now, else the "has been disabled" error to send.
+    ///
+    /// When several rules disable a command, the text is the one qemu-ga (7.2 – 9.0) ends up with, as it applies
+    /// the frozen filter, then the allow-list, then the block-list, each overwriting the reason: a blocked command
+    /// says plain "has been disabled" even while frozen.
     pub fn check(&self, name: &str, frozen: bool) -> Result<(), QgaError> {
-        if frozen && !FROZEN_ALLOWED.contains(&name) {
-            return Err(QgaError::disabled(name, Some(DISABLED_FROZEN)));
+        if self.blocked.contains(name) {
+            return Err(QgaError::disabled(name, None));
         }
         if let Some(allowed) = &self.allowed {
             if !allowed.contains(name) {
                 return Err(QgaError::disabled(name, Some(DISABLED_NOT_ALLOWED)));
             }
         }
-        if self.blocked.contains(name) {
-            return Err(QgaError::disabled(name, None));
+        if frozen && !FROZEN_ALLOWED.contains(&name) {
+            return Err(QgaError::disabled(name, Some(DISABLED_FROZEN)));
         }
         Ok(())
     }
@@ -153,8 +157,22 @@ mod tests {
             );
             assert!(p.check(no, false).is_ok());
         }
-        // Blocked stays blocked while frozen.
-        let p = Policy::new(&s(&["guest-ping"]), &[], None);
-        assert!(p.check("guest-ping", true).is_err());
+        // Blocked stays blocked while frozen, and says so without a reason (qemu-ga's override order).
+        let p = Policy::new(&s(&["guest-ping", "guest-fsfreeze-freeze"]), &[], None);
+        assert_eq!(
+            p.check("guest-ping", true).unwrap_err().desc,
+            "Command guest-ping has been disabled"
+        );
+        assert_eq!(
+            p.check("guest-fsfreeze-freeze", true).unwrap_err().desc,
+            "Command guest-fsfreeze-freeze has been disabled"
+        );
+        // Outside the allow-list while frozen: the allow-list's reason.
+        let p = Policy::new(&[], &s(&["guest-ping"]), None);
+        assert!(p
+            .check("guest-exec", true)
+            .unwrap_err()
+            .desc
+            .ends_with("the command is not allowed"));
     }
 }
