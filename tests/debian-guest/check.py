@@ -140,6 +140,7 @@ def wait_writer_progress(path, above, timeout):
 def guest_exec(agent, argv, timeout=60):
     pid = agent.cmd("guest-exec", {"path": argv[0], "arg": argv[1:], "capture-output": True})["pid"]
     deadline = time.monotonic() + timeout
+    st = None
     while time.monotonic() < deadline:
         st = agent.cmd("guest-exec-status", {"pid": pid})
         if st.get("exited"):
@@ -147,7 +148,7 @@ def guest_exec(agent, argv, timeout=60):
             err = base64.b64decode(st.get("err-data", "")).decode(errors="replace")
             return st.get("exitcode"), out, err
         time.sleep(0.2)
-    raise TimeoutError(f"guest-exec {argv} did not exit within {timeout}s")
+    raise TimeoutError(f"guest-exec {argv}: guest-exec-status of pid {pid} not exited within {timeout}s (last: {st})")
 
 
 # QEMU's QERR_UNSUPPORTED text: the command exists in the schema but this build does not implement it.
@@ -202,7 +203,10 @@ def main():
             log(f"probe {name}: skipped, guest-exec is not enabled in this guestlinkd")
             continue
         try:
-            code, out, err = guest_exec(agent, argv)
+            code, out, err = guest_exec(agent, argv, timeout=30)
+        except TimeoutError as e:
+            failures.append(f"probe {name}: {e}")
+            continue
         except RuntimeError as e:
             if UNSUPPORTED in str(e):
                 log(f"probe {name}: skipped, guest-exec is not implemented in this guestlinkd ({e})")
