@@ -80,12 +80,19 @@ impl FileRead {
     }
 }
 
+const SMALL: usize = 64 * 1024;
+
 /// Reads up to `count` bytes (until `count` or EOF; a non-blocking source returns what it has).
 pub fn read_raw(file: &mut File, count: usize) -> CommandResult<FileRead> {
-    // Size the buffer from what is left in a regular file, so small files don't reserve `count`.
-    let mut want = match (file.metadata(), std::io::Seek::stream_position(file)) {
-        (Ok(m), Ok(pos)) if m.is_file() => count.min(m.len().saturating_sub(pos) as usize + 1),
-        _ => count.min(64 * 1024),
+    // Size large buffers from what is left in a regular file, so small files don't reserve `count`; small counts
+    // skip the two extra syscalls.
+    let mut want = if count <= SMALL {
+        count
+    } else {
+        match (file.metadata(), std::io::Seek::stream_position(file)) {
+            (Ok(m), Ok(pos)) if m.is_file() => count.min(m.len().saturating_sub(pos) as usize + 1),
+            _ => SMALL,
+        }
     };
     let mut data = vec![0u8; want];
     let mut total = 0usize;
@@ -93,7 +100,7 @@ pub fn read_raw(file: &mut File, count: usize) -> CommandResult<FileRead> {
     while total < count {
         if total == data.len() {
             // The file grew or is not a regular file: grow up to `count`.
-            want = (want * 2).clamp(4096, count);
+            want = (want * 2).max(4096).min(count);
             data.resize(want, 0);
         }
         match file.read(&mut data[total..]) {
