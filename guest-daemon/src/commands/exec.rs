@@ -579,6 +579,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn qemu_ga_16_mib_cap() {
+        // qga-protocol.md §5.2 [measured]: 20 000 000 bytes → 16 777 216 kept, out-truncated true.
+        let t = ExecTable::new(ExecLimits::default());
+        let pid = t
+            .spawn(&req(
+                "/bin/sh",
+                &["-c", "head -c 20000000 /dev/zero"],
+                Capture::Separated,
+            ))
+            .unwrap();
+        let v = wait_status(&t, pid).await;
+        assert_eq!(decode(&v["out-data"]).len(), 16 * 1024 * 1024);
+        assert_eq!(v["out-truncated"], true);
+        assert_eq!(v["exitcode"], 0);
+    }
+
+    #[tokio::test]
     async fn streaming_read_with_offsets() {
         let limits = ExecLimits {
             max_output: 4096,
