@@ -248,7 +248,8 @@ def main():
     print("|" + "---|" * (header.count("|") - 1))
     for title, phase, key, target, check in rows:
         vals = [med(k, phase, key) for k in kinds]
-        cells = [f"{v:,.1f}" if isinstance(v, float) else f"{v:,}" for v in vals]
+        fmt = "{:,.2f}" if key == "cpu_s" else "{:,.1f}"
+        cells = [fmt.format(v) if isinstance(v, float) else f"{v:,}" for v in vals]
         line = f"| {title} | " + " | ".join(cells)
         if len(kinds) == 2:
             ratio = vals[1] / vals[0] if vals[0] else float("nan")
