@@ -26,7 +26,7 @@ pub enum Error {
     /// Nothing answered the initial guest-sync-delimited within the sync timeout.
     #[error(
         "no agent answered on {target} within {} s: is guestlinkd or qemu-ga running in the guest?",
-        .timeout.as_secs()
+        .timeout.as_secs_f64()
     )]
     NoAgent {
         /// Where we tried (socket or device path).

@@ -402,3 +402,67 @@ impl Transport for VirshTransport {
         Ok(reply)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixListener;
+
+    /// Reads one JSON request line from the peer side (skipping a leading 0xFF).
+    fn read_request(r: &mut BufReader<UnixStream>) -> Value {
+        let mut line = Vec::new();
+        r.read_until(b'\n', &mut line).expect("read request");
+        let start = usize::from(line.first() == Some(&0xFF));
+        serde_json::from_slice(&line[start..]).expect("request JSON")
+    }
+
+    /// A scripted peer (real agents cannot be made to queue stale replies on unix-listen): stale output before
+    /// and after the 0xFF, a stale delimited sync reply, garbage, and a reply with a foreign id must all be
+    /// skipped.
+    #[test]
+    fn sync_and_exchange_skip_stale_replies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("peer.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        let peer = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().expect("accept");
+            let mut w = conn.try_clone().expect("clone");
+            let mut r = BufReader::new(conn);
+            let sync = read_request(&mut r);
+            assert_eq!(sync["execute"], "guest-sync-delimited");
+            let id = sync["arguments"]["id"].as_i64().expect("sync id");
+            let mut out = b"{\"return\": {}, \"id\": 99}\n{\"error\": {\"class\": \"GenericError\", \"desc\": \"JSON parse error, stray '\\\\uFFFD'\"}}\n".to_vec();
+            out.extend_from_slice(b"\xff{\"return\": 12345}\ngarbage\n");
+            out.push(0xFF);
+            out.extend_from_slice(format!("{{\"return\": {id}}}\n").as_bytes());
+            w.write_all(&out).expect("write sync replies");
+            let req = read_request(&mut r);
+            assert_eq!(req["execute"], "guest-get-host-name");
+            let rid = req["id"].clone();
+            let reply = format!("{{\"return\": {{\"host-name\": \"stale\"}}, \"id\": \"other\"}}\n{{\"return\": {{\"host-name\": \"right\"}}, \"id\": {rid}}}\n");
+            w.write_all(reply.as_bytes()).expect("write reply");
+        });
+        let mut t = StreamTransport::new(path, Duration::from_secs(10));
+        t.connect().expect("sync");
+        let mut req = Map::new();
+        req.insert("execute".into(), json!("guest-get-host-name"));
+        let reply = t.exchange(req, Duration::from_secs(10)).expect("reply");
+        assert_eq!(reply["return"]["host-name"], "right");
+        peer.join().expect("peer");
+    }
+
+    #[test]
+    fn silent_peer_gives_the_no_agent_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mute.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        let mut t = StreamTransport::new(path.clone(), Duration::from_millis(300));
+        let err = t.connect().expect_err("nobody answers");
+        drop(listener);
+        assert_eq!(
+            err.to_string(),
+            format!("no agent answered on {} within 0.3 s: is guestlinkd or qemu-ga running in the guest?", path.display())
+        );
+    }
+}
