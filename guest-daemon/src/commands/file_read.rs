@@ -31,6 +31,7 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 
 impl FileRead {
     /// The base64 text of the data.
+    #[cfg(test)]
     pub fn b64(&self) -> String {
         B64.encode(&self.data)
     }
