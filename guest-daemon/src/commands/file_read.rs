@@ -27,6 +27,9 @@ pub struct FileRead {
     pub eof: bool,
 }
 
+/// Answers with at most this many bytes are encoded whole by [`FileRead::reply_parts`].
+pub const INLINE_REPLY: usize = 48 * 1024;
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 impl FileRead {
@@ -46,7 +49,17 @@ impl FileRead {
     /// The complete reply line split around the base64 text: write `prefix`, then every piece of
     /// [`FileRead::b64_chunks`], then `suffix`. The framing (member order, `id`, 0xFF) is exactly what
     /// `encode_reply` produces for the same reply.
+    ///
+    /// Small answers (≤ [`INLINE_REPLY`] bytes of data) come back whole in `prefix` and then `b64_chunks` yields
+    /// nothing, so a 4 KiB read costs one write instead of three.
     pub fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>) {
+        if self.data.len() <= INLINE_REPLY {
+            let mut r = Reply::ok(id, self.clone().into_value());
+            r.delimited = delimited;
+            let mut all = Vec::new();
+            encode_reply(&r, &mut all);
+            return (all, Vec::new());
+        }
         const MARK: &str = "\u{1}guestlink-b64\u{1}";
         let mut reply = Reply::ok(
             id,
@@ -74,10 +87,16 @@ impl FileRead {
         }
     }
 
-    /// The base64 text in pieces of about `chunk` bytes (a multiple of 4, except the last).
+    /// The base64 text in pieces of about `chunk` bytes (a multiple of 4, except the last); nothing when
+    /// [`FileRead::reply_parts`] already inlined it (small answers).
     pub fn b64_chunks(&self, chunk: usize) -> impl Iterator<Item = String> + '_ {
         let raw = (chunk / 4).max(1) * 3;
-        self.data.chunks(raw).map(|c| B64.encode(c))
+        let data: &[u8] = if self.data.len() <= INLINE_REPLY {
+            &[]
+        } else {
+            &self.data
+        };
+        data.chunks(raw).map(|c| B64.encode(c))
     }
 }
 
@@ -146,10 +165,13 @@ mod tests {
             let r = fr(&data, true);
             let (pre, suf) = r.reply_parts(id.clone(), delimited);
             let mut streamed = pre;
+            let mut n = 0;
             for c in r.b64_chunks(4096) {
                 assert!(c.len() <= 4096);
                 streamed.extend_from_slice(c.as_bytes());
+                n += 1;
             }
+            assert!(n > 1, "large answers are streamed");
             streamed.extend_from_slice(&suf);
             let mut expect = Reply::ok(id, r.clone().into_value());
             expect.delimited = delimited;
@@ -157,6 +179,17 @@ mod tests {
             encode_reply(&expect, &mut out);
             assert_eq!(streamed, out);
         }
+        // small answers: whole line in the prefix, no chunks
+        let small = fr(b"hello", false);
+        let (pre, suf) = small.reply_parts(Some(json!(1)), false);
+        assert_eq!(small.b64_chunks(4096).count(), 0);
+        assert!(suf.is_empty());
+        let mut expect = Vec::new();
+        encode_reply(
+            &Reply::ok(Some(json!(1)), small.clone().into_value()),
+            &mut expect,
+        );
+        assert_eq!(pre, expect);
         let empty = fr(b"", true);
         assert_eq!(empty.b64_chunks(4096).count(), 0);
         assert_eq!(
