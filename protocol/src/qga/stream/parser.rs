@@ -248,7 +248,7 @@ fn hex4(s: &[u8]) -> Option<u32> {
 fn parse_string(token: &[u8]) -> PResult<String> {
     let quote = token[0];
     let body = &token[1..];
-    let mut out = String::new();
+    let mut out = String::with_capacity(body.len());
     let mut i = 0;
     while i < body.len() && body[i] != quote {
         match body[i] {
@@ -301,6 +301,15 @@ fn parse_string(token: &[u8]) -> PResult<String> {
                     }
                     _ => return Err(parse_error(b"invalid escape sequence in string")),
                 }
+            }
+            b if b.is_ascii() => {
+                // Fast path: a run of plain ASCII (the lexer already rejected control characters).
+                let run = body[i..]
+                    .iter()
+                    .position(|&c| !c.is_ascii() || c == b'\\' || c == quote)
+                    .unwrap_or(body.len() - i);
+                out.push_str(std::str::from_utf8(&body[i..i + run]).unwrap_or_default());
+                i += run;
             }
             _ => {
                 let (cp, used) = decode_codepoint(&body[i..]);
