@@ -394,7 +394,7 @@ impl Agent {
                 let _ = self.child.wait();
                 match self.kind {
                     AgentKind::QemuGa => {
-                        eprintln!("warning: qemu-ga hung on SIGTERM (known deadlock), killed")
+                        eprintln!("warning: qemu-ga hung on SIGTERM (known deadlock), killed");
                     }
                     AgentKind::Guestlinkd => {
                         panic!("guestlinkd did not exit within 10 s of SIGTERM")
