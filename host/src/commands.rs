@@ -126,7 +126,9 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32> {
             0
         }
         Cmd::Quiesce(a) => {
-            let mut runner = HostRunner::arm().context("cannot install signal handlers")?;
+            let mut runner = HostRunner::arm()
+                .context("cannot install signal handlers")?
+                .stdout_to_stderr(cli.json);
             let rep = quiesce::quiesce(
                 &mut s,
                 &mut runner,

@@ -142,10 +142,13 @@ impl GuestFile {
     }
 
     fn size(&self, session: &mut Session) -> Result<Option<u64>> {
-        let end = session.call(
+        // Not seekable (FIFO, character device): size unknown, reads go one at a time.
+        let Ok(end) = session.call(
             "guest-file-seek",
             Some(json!({"handle": self.handle, "offset": 0, "whence": 2})),
-        )?;
+        ) else {
+            return Ok(None);
+        };
         session.call(
             "guest-file-seek",
             Some(json!({"handle": self.handle, "offset": 0, "whence": 0})),
@@ -418,6 +421,15 @@ pub fn push(
     on_warning: &mut dyn FnMut(&str),
 ) -> Result<TransferReport> {
     let started = Instant::now();
+    // "DIR/" in the guest keeps the host file name.
+    let guest_full;
+    let guest = match (guest.ends_with('/'), host.file_name()) {
+        (true, Some(name)) => {
+            guest_full = format!("{guest}{}", name.to_string_lossy());
+            guest_full.as_str()
+        }
+        _ => guest,
+    };
     let mut input = File::open(host).map_err(local("cannot open", host))?;
     let size = input.metadata().map_err(local("cannot stat", host))?.len();
     let placement = if session.supports("guestlink-file-rename")? {

@@ -3,6 +3,7 @@
 //! a Ctrl-C at any point still leads to a thaw.
 
 use std::io::ErrorKind;
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -23,9 +24,16 @@ const KILL_AFTER: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct HostRunner {
     signals: Receiver<i32>,
+    stdout_to_stderr: bool,
 }
 
 impl HostRunner {
+    /// Send the command's stdout to guestlink's stderr (keeps stdout for guestlink's own JSON document).
+    pub fn stdout_to_stderr(mut self, yes: bool) -> Self {
+        self.stdout_to_stderr = yes;
+        self
+    }
+
     /// Install the signal listeners (SIGINT, SIGTERM, SIGHUP); from now on they no longer kill guestlink.
     pub fn arm() -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
@@ -75,7 +83,10 @@ impl HostRunner {
         ready_rx
             .recv()
             .map_err(|_| std::io::Error::other("signal thread exited"))??;
-        Ok(Self { signals: rx })
+        Ok(Self {
+            signals: rx,
+            stdout_to_stderr: false,
+        })
     }
 }
 
@@ -147,7 +158,17 @@ impl CmdRunner for HostRunner {
             };
         };
         // Own process group: Ctrl-C reaches only guestlink, which forwards it (no double delivery).
-        let mut child = match Command::new(prog).args(args).process_group(0).spawn() {
+        let mut command = Command::new(prog);
+        command.args(args).process_group(0);
+        if self.stdout_to_stderr {
+            match std::io::stderr().as_fd().try_clone_to_owned() {
+                Ok(fd) => {
+                    command.stdout(std::process::Stdio::from(fd));
+                }
+                Err(e) => warn!(error = %e, "cannot redirect the command's stdout to stderr"),
+            }
+        }
+        let mut child = match command.spawn() {
             Ok(c) => c,
             Err(e) => {
                 let code = if e.kind() == ErrorKind::NotFound {

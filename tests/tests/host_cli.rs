@@ -210,6 +210,12 @@ both_agents!(
         assert_eq!(pull["verified"], verified, "{pull}");
         assert_eq!(sha256(&std::fs::read(&back).expect("pulled file")), sha256(&data));
 
+        // "DIR/" as the guest path keeps the host file name.
+        let dir_arg = format!("{}/", guest_dir.display());
+        let into_dir = json(&s, &["file", "push", src.to_str().expect("utf8"), &dir_arg]);
+        assert_eq!(into_dir["destination"], format!("{dir_arg}src.bin"));
+        assert_eq!(std::fs::read(guest_dir.join("src.bin")).expect("pushed into dir"), data);
+
         // Edge sizes: empty, and an exact multiple of the chunk (the last full read does not see EOF yet).
         for (len, chunk) in [(0usize, "4096"), (8192, "4096"), (4097, "4096")] {
             let data = &data[..len];

@@ -109,7 +109,8 @@ fn vm_host_quiesce() {
 
     step("quiesce: frozen while CMD runs (the guest writer stalls), thawed after");
     let started = scratch.path().join("started");
-    let script = format!("touch {}; sleep 4", started.display());
+    // CMD's own stdout must not end up in guestlink's JSON document (it goes to stderr with --json).
+    let script = format!("echo from-cmd; touch {}; sleep 4", started.display());
     let mut child = cmd(
         &vm,
         &[
