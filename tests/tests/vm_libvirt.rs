@@ -4,7 +4,7 @@
 //!
 //! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
 //! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
-//! `GUESTLINK_REQUIRE_LIBVIRT=1`.
+//! `GUESTLINK_REQUIRE_LIBVIRT=1` or `GUESTLINK_REQUIRE_VM=1` (opt out with `GUESTLINK_REQUIRE_LIBVIRT=0`).
 #![forbid(unsafe_code)]
 
 #[path = "../vm/harness.rs"]
@@ -71,8 +71,18 @@ fn libvirt_gate(env: &VmEnv) -> Option<Libvirt> {
                 Err(e) => e.to_string(),
             };
             let msg = format!("vm_libvirt: qemu:///system not available: {}", why.trim());
-            if std::env::var("GUESTLINK_REQUIRE_LIBVIRT").as_deref() == Ok("1") {
-                panic!("GUESTLINK_REQUIRE_LIBVIRT=1: {msg}");
+            // Required with GUESTLINK_REQUIRE_LIBVIRT=1, or with GUESTLINK_REQUIRE_VM=1 unless
+            // GUESTLINK_REQUIRE_LIBVIRT=0 opts out.
+            let var = |k: &str| std::env::var(k).ok();
+            let required = match var("GUESTLINK_REQUIRE_LIBVIRT").as_deref() {
+                Some("1") => true,
+                Some("0") => false,
+                _ => var("GUESTLINK_REQUIRE_VM").as_deref() == Some("1"),
+            };
+            if required {
+                panic!(
+                    "libvirt required (GUESTLINK_REQUIRE_LIBVIRT / GUESTLINK_REQUIRE_VM): {msg}"
+                );
             }
             eprintln!("\n*** SKIP {msg} ***\n");
             None
