@@ -4,10 +4,12 @@
 
 pub mod args;
 pub mod ghash;
+pub mod storage;
 pub mod types;
 pub mod visit;
 
 pub use args::*;
+pub use storage::*;
 pub use types::*;
 
 use serde_json::{Map, Value};
