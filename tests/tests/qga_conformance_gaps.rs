@@ -514,3 +514,90 @@ both_agents! {
         }
     }
 }
+
+/// The `[general]` group of a `-D` dump as key → value.
+fn general_group(dump: &str) -> std::collections::BTreeMap<String, String> {
+    let mut in_general = false;
+    let mut map = std::collections::BTreeMap::new();
+    for line in dump.lines() {
+        if line.starts_with('[') {
+            in_general = line == "[general]";
+        } else if let (true, Some((k, v))) = (in_general, line.split_once('=')) {
+            map.insert(k.to_string(), v.to_string());
+        }
+    }
+    map
+}
+
+/// `-D` with the same command lines: guestlinkd's `[general]` group carries every key qemu-ga prints with the same
+/// value (block-rpcs compared as a set: qemu-ga prints it reversed). Extra keys: only `allow-rpcs` (qemu-ga ≥ 8.1),
+/// and only empty when no `-a` was given. guestlinkd's own settings live in a separate `[guestlink]` group.
+#[test]
+fn config_dump_matches_reference() {
+    let arg_sets: &[&[&str]] = &[
+        &[],
+        &["-b", "guest-ping,guest-get-time"],
+        &[
+            "-v",
+            "-m",
+            "unix-listen",
+            "-p",
+            "/run/x.sock",
+            "-t",
+            "/run/st",
+            "-f",
+            "/run/p.pid",
+            "-r",
+        ],
+    ];
+    for args in arg_sets {
+        let Some(reference) = guestlink_tests::agent::dump_config(AgentKind::QemuGa, "", args)
+        else {
+            return;
+        };
+        let ours = guestlink_tests::agent::dump_config(AgentKind::Guestlinkd, "", args)
+            .expect("guestlinkd -D");
+        assert!(
+            ours.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        let (r, mut o) = (
+            general_group(&String::from_utf8_lossy(&reference.stdout)),
+            general_group(&String::from_utf8_lossy(&ours.stdout)),
+        );
+        if o.get("allow-rpcs").is_some_and(String::is_empty) && !r.contains_key("allow-rpcs") {
+            o.remove("allow-rpcs");
+        }
+        let set = |m: &std::collections::BTreeMap<String, String>| {
+            let mut v: Vec<String> = m
+                .get("block-rpcs")
+                .map(|s| s.split(',').map(String::from).collect())
+                .unwrap_or_default();
+            v.sort();
+            v
+        };
+        assert_eq!(set(&r), set(&o), "{args:?}: block-rpcs");
+        let strip = |mut m: std::collections::BTreeMap<String, String>| {
+            m.remove("block-rpcs");
+            m
+        };
+        assert_eq!(strip(r), strip(o), "{args:?}: [general] differs");
+    }
+}
+
+both_agents! {
+    /// A `-D` dump fed back as the config file reproduces the configuration (here: guest-ping blocked).
+    fn config_dump_roundtrip(kind) {
+        let Some(out) = guestlink_tests::agent::dump_config(kind, "", &["-b", "guest-ping"]) else { return };
+        assert!(out.status.success());
+        let dump = String::from_utf8(out.stdout).expect("utf-8");
+        let body = dump.strip_prefix("[general]\n").expect("dump starts with [general]");
+        let mut agent = Agent::builder(kind).config(body).start().expect("start with the dumped config");
+        let mut c = agent.connect();
+        let (class, desc) = c.err("guest-ping", None);
+        assert_eq!((class.as_str(), desc.as_str()), ("CommandNotFound", "Command guest-ping has been disabled"));
+        c.ok("guest-get-time", None);
+        finish(agent, c);
+    }
+}
