@@ -207,6 +207,30 @@ fn cases() -> Vec<Vec<u8>> {
         b"{\"zz\":1,\"arguments\":3,\"execute\":4,\"id\":{\"y\":1,\"x\":[{\"q\":1,\"p\":2}]}}",
         b"{\"execute\":\"guest-ping\",\"arguments\":{\"b\":1,\"a\":2}}",
         b"{\"execute\":\"guest-sync\",\"arguments\":{\"zeta\":1,\"alpha\":2,\"id\":3}}",
+        b"{]",
+        b"[}",
+        b"{\"a\":1]",
+        b"{\"a\" 1}",
+        b"{,}",
+        b"[,]",
+        b"{\"a\":1,}",
+        b"['a':1]",
+        b"{\"a\":{\"b\":1}}}",
+        b"{}}{}",
+        b"{\"execute\": Xguest-ping}",
+        b"{\"execute\":\"guest-ping\"\xfe}",
+        b"[\"ab\xfecd\"]",
+        b"[1.]",
+        b"[1e]",
+        b"[1e+]",
+        b"[-]",
+        b"[.5]",
+        b"[+1]",
+        b"[1.5e+3, -0.0e-0, 0e0, 1E400]",
+        b"[\"\t\"]",
+        b"[\"a\tb\"]",
+        b"\t\r\n {}",
+        b"{\"execute\":\"guest-ping\",\"id\":{\"b\":1,\"a\":2,\"c\":{\"z\":[],\"y\":{}}}}",
         b"nul",
         b"truefalse ",
     ]
@@ -369,6 +393,94 @@ fn unexpected_member_order_matches_qemu_ga_7_2() {
         assert!(
             real == ours,
             "case {case_no} {case}\n qemu-ga: {}\n ours:    {}",
+            String::from_utf8_lossy(&real),
+            String::from_utf8_lossy(&ours)
+        );
+    }
+}
+
+/// Random token soup (structural characters, strings, keywords, numbers, bad bytes) through both parsers; each
+/// case is followed by a 0xFF so both restart from a clean state before the sync marker.
+#[test]
+fn random_token_soup_matches_qemu_ga_7_2() {
+    let Some((_agent, mut sock)) = start_agent("soup") else {
+        return;
+    };
+    const TOKENS: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b":",
+        b",",
+        b" ",
+        b"\n",
+        b"\t",
+        b"\"execute\"",
+        b"'execute'",
+        b"\"guest-ping\"",
+        b"\"guest-sync\"",
+        b"\"guest-sync-delimited\"",
+        b"\"guest-nonexistent\"",
+        b"\"guest-fsfreeze-freeze\"",
+        b"\"arguments\"",
+        b"\"id\"",
+        b"\"exec-oob\"",
+        b"1",
+        b"-7",
+        b"0",
+        b"1.5",
+        b"2e3",
+        b"18446744073709551616",
+        b"true",
+        b"null",
+        b"nul",
+        b"x",
+        b"\"",
+        b"'",
+        b"\\",
+        b"\\u00e9",
+        b"\\ud800",
+        b"\\n",
+        b"\x00",
+        b"\x01",
+        b"\x7f",
+        b"\x80",
+        b"\xc3\xa9",
+        b"\xc0\x80",
+        b"\xed\xa0\x80",
+        b"\xef\xbf\xbf",
+        b"\xfe",
+        b"\xff",
+        b"-",
+        b".",
+        b"e",
+        b"E",
+        b"+",
+        b"/",
+        b"%d",
+        b"A",
+    ];
+    let mut model_streamer = JsonStreamer::default();
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    for case_no in 0..3000 {
+        let mut case = Vec::new();
+        for _ in 0..1 + rng.below(40) {
+            case.extend_from_slice(TOKENS[rng.below(TOKENS.len())]);
+        }
+        case.push(0xFF);
+        let marker = 100_000 + case_no;
+        let real = ask_real(&mut sock, &case, marker);
+        let mut input = case.clone();
+        input.extend(
+            format!("{{\"execute\":\"guest-sync\",\"arguments\":{{\"id\":{marker}}}}}")
+                .into_bytes(),
+        );
+        let ours = model(&mut model_streamer, &input);
+        assert!(
+            real == ours,
+            "case {case_no} {:?}\n qemu-ga: {}\n ours:    {}",
+            String::from_utf8_lossy(&case),
             String::from_utf8_lossy(&real),
             String::from_utf8_lossy(&ours)
         );
