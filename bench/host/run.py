@@ -8,7 +8,7 @@ list, and stopped by its PID. Default agent: Debian's qemu-ga; `--agent PATH` ru
 command line (e.g. target/release/guestlinkd).
 
 Usage: python3 bench/host/run.py [--guestlink target/release/guestlink] [--agent /usr/sbin/qemu-ga]
-                                 [--size-mib 64] [--repeat 3] [--json]
+                                 [--size-mib 64] [--repeat 5] [--json]
 """
 
 import argparse
@@ -138,12 +138,13 @@ def main():
     ap.add_argument("--guestlink", default=os.path.join(root, "target", "release", "guestlink"))
     ap.add_argument("--agent", default="/usr/sbin/qemu-ga")
     ap.add_argument("--size-mib", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
     a = ap.parse_args()
     if not os.access(a.guestlink, os.X_OK):
         sys.exit(f"{a.guestlink} missing: cargo build --release -p guestlink")
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="guestlink-bench-") as d:
         proc, sock = start_agent(a.agent, d)
         try:
@@ -180,11 +181,12 @@ def main():
         med = statistics.median(times)
         rows.append({"case": name, "median_s": round(med, 3), "mb_per_s": round(size / med / 1e6, 1),
                      "runs_s": [round(t, 3) for t in times]})
+    load = f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)"
     if a.json:
-        print(json.dumps({"size_bytes": size, "agent": a.agent, "results": rows}, indent=2))
+        print(json.dumps({"size_bytes": size, "agent": a.agent, "load": load, "results": rows}, indent=2))
         return
     print(f"agent: {a.agent} ({agent_version[0] if agent_version else '?'}); file: {a.size_mib} MiB random; "
-          f"median of {a.repeat}; MB = 10^6 bytes")
+          f"median of {a.repeat}; MB = 10^6 bytes; {load}")
     print("| case | median s | MB/s | runs (s) |")
     print("|---|---|---|---|")
     for r in rows:

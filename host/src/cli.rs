@@ -117,7 +117,8 @@ pub struct PullArgs {
     pub guest: String,
     /// Host path (a directory keeps the guest file name).
     pub host: PathBuf,
-    /// Bytes per guest-file-read (default 1 MiB; capped at 6 MiB with --domain, 32 MiB otherwise).
+    /// Bytes per guest-file-read (default 1 MiB, 4 MiB with --domain; at most 6 MiB with --domain, 32 MiB
+    /// otherwise).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<usize>,
 }
@@ -129,7 +130,7 @@ pub struct PushArgs {
     pub host: PathBuf,
     /// Guest path (full file name).
     pub guest: String,
-    /// Bytes per guest-file-write (default 1 MiB).
+    /// Bytes per guest-file-write (default 1 MiB, 4 MiB with --domain).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<usize>,
 }

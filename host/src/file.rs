@@ -85,14 +85,17 @@ pub struct TransferReport {
     pub seconds: f64,
 }
 
+/// Default chunk through libvirt: every chunk costs one `virsh` process, so fewer, larger chunks.
+pub const DEFAULT_CHUNK_LIBVIRT: usize = 4 << 20;
+
 /// Clamp a requested chunk size to what the target can carry.
 pub fn effective_chunk(session: &Session, requested: Option<usize>) -> usize {
-    let max = if session.via_libvirt() {
-        MAX_CHUNK_LIBVIRT
+    let (default, max) = if session.via_libvirt() {
+        (DEFAULT_CHUNK_LIBVIRT, MAX_CHUNK_LIBVIRT)
     } else {
-        MAX_CHUNK
+        (DEFAULT_CHUNK, MAX_CHUNK)
     };
-    requested.unwrap_or(DEFAULT_CHUNK).clamp(4096, max)
+    requested.unwrap_or(default).clamp(4096, max)
 }
 
 fn hex(d: impl AsRef<[u8]>) -> String {
