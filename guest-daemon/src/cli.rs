@@ -144,6 +144,19 @@ pub struct Cli {
     /// Stay in the foreground (the default; accepted for service files shared with other agents).
     #[arg(long = "foreground")]
     pub foreground: bool,
+    /// SPICE: the agent port (virtio `com.redhat.spice.0`, a pty, or a unix socket to connect to); enables the
+    /// SPICE side. Use `-m none` to run SPICE without the QGA channel.
+    #[arg(long = "spice-path", value_name = "PATH")]
+    pub spice_path: Option<PathBuf>,
+    /// SPICE: unix socket where guestlink-session agents connect (default /run/guestlinkd/session.sock).
+    #[arg(long = "session-socket", value_name = "PATH")]
+    pub session_socket: Option<PathBuf>,
+    /// SPICE: no logind; the first connected session agent is the active one (at most one agent).
+    #[arg(long = "no-logind")]
+    pub no_logind: bool,
+    /// SPICE: write `struct input_event` records to FILE instead of creating a /dev/uinput tablet.
+    #[arg(long = "uinput-fake", value_name = "FILE")]
+    pub uinput_fake: Option<PathBuf>,
 }
 
 /// Parse an octal file mode such as `0600` or `600`.

@@ -13,6 +13,7 @@ mod freeze;
 mod keyfile;
 mod logging;
 mod server;
+mod spice;
 mod state;
 mod sys;
 mod transport;
@@ -108,7 +109,8 @@ fn main() -> ExitCode {
         let _ = std::io::stdout().write_all(cfg.dump().as_bytes());
         return ExitCode::SUCCESS;
     }
-    match start(cfg) {
+    let spice = spice::SpiceOptions::from_cli(&cli);
+    match start(cfg, spice) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if logging::is_initialized() {
@@ -121,7 +123,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn start(cfg: Config) -> Result<()> {
+fn start(cfg: Config, spice: Option<spice::SpiceOptions>) -> Result<()> {
     let statedir = StateDir::new(&cfg.statedir);
     let start_frozen = statedir.is_marked_frozen().with_context(|| {
         format!(
@@ -148,7 +150,7 @@ fn start(cfg: Config) -> Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    let r = rt.block_on(run(cfg, statedir, deferred_pidfile));
+    let r = rt.block_on(run(cfg, statedir, deferred_pidfile, spice));
     daemon::remove_pidfile();
     r
 }
@@ -161,6 +163,7 @@ async fn run(
     cfg: Config,
     statedir: StateDir,
     deferred_pidfile: Arc<Mutex<Option<String>>>,
+    spice: Option<spice::SpiceOptions>,
 ) -> Result<()> {
     let g = &cfg.guestlink;
     let on_change: freeze::FrozenHook = Arc::new(move |frozen| {
@@ -218,6 +221,19 @@ async fn run(
 
     let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let spice_task = spice.map(|o| tokio::spawn(spice::run_logged(o)));
+    if cfg.method == "none" {
+        // SPICE only: no QGA channel; exit with the SPICE side or on a signal.
+        let task = spice_task.context("-m none needs --spice-path (nothing to serve)")?;
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+        tokio::select! {
+            r = task => return r.context("SPICE task")?,
+            _ = sigterm.recv() => {}
+            _ = sigint.recv() => {}
+        }
+        tracing::info!("exiting");
+        return Ok(());
+    }
     let mut activation = transport::listen::activation_fd(&env_var)?;
     let mut streamer = server::new_streamer();
     let mut notified = false;

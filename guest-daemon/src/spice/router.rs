@@ -1,0 +1,753 @@
+//! The SPICE routing state machine, without I/O: vdagent messages from the port and session-agent messages in,
+//! [`Action`]s out (bytes for the port, frames for an agent, mouse events).
+//!
+//! It mirrors spice-vdagentd (reference vdagent-protocol.md §1.9, §2): the port is wanted only while the agent of
+//! the active session has reported its geometry; caps with `request = 1` mean a new client; replies go back on the
+//! port the request came on; guest→host messages are single chunks; only the active agent sees host traffic;
+//! file-transfer ids are created by a client START only, bound to the agent active at START, capped at
+//! [`MAX_TRANSFERS`], and dropped on client disconnect (CVE-2020-25650/25651).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use guestlink_protocol::session::{
+    GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor,
+};
+use guestlink_protocol::vdagent::file_xfer::{
+    ERROR_TYPE_GLIB_IO, G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
+};
+use guestlink_protocol::vdagent::{
+    encode_message, validate_file_name, Capabilities, Capability, ChunkMode, ClipboardType,
+    FileXferDetail, FileXferResult, FileXferStatus, GrabSerials, GraphicsDeviceInfo, Message,
+    MessageType, MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection, SerialRule,
+    WireFormat,
+};
+
+/// Identifies one connected session agent.
+pub type AgentId = u64;
+
+/// Most concurrent file transfers (spice-vdagentd's limit).
+pub const MAX_TRANSFERS: usize = 128;
+
+/// What the I/O layer must do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Write these bytes (whole chunks) to the port.
+    Port(Vec<u8>),
+    /// Send a frame to an agent.
+    Agent(AgentId, SessionMessage),
+    /// Pointer state for the tablet, already offset into the desktop: (x, y, buttons).
+    Mouse(i64, i64, u32),
+    /// The active desktop layout changed: resize the tablet.
+    Tablet(Vec<GeometryMonitor>),
+    /// Drop the partial message of the client port (CLIENT_DISCONNECTED).
+    ResetClientPort,
+}
+
+/// The capabilities guestlinkd announces.
+pub fn our_caps() -> Capabilities {
+    [
+        Capability::MouseState,
+        Capability::MonitorsConfig,
+        Capability::Reply,
+        Capability::ClipboardByDemand,
+        Capability::ClipboardSelection,
+        Capability::SparseMonitorsConfig,
+        Capability::GuestLineendLf,
+        Capability::MaxClipboard,
+        Capability::MonitorsConfigPosition,
+        Capability::FileXferDetailedErrors,
+        Capability::GraphicsDeviceInfo,
+        Capability::ClipboardNoReleaseOnRegrab,
+        Capability::ClipboardGrabSerial,
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[derive(Debug)]
+struct Agent {
+    session: String,
+    geometry: Option<Vec<GeometryMonitor>>,
+}
+
+/// The routing state (one per daemon).
+#[derive(Debug)]
+pub struct Router {
+    ours: Capabilities,
+    client: Option<Capabilities>,
+    wire: WireFormat,
+    serials: GrabSerials,
+    agents: BTreeMap<AgentId, Agent>,
+    active_session: Option<String>,
+    port_open: bool,
+    client_connected: bool,
+    monitors: Option<MonitorsConfig>,
+    device_info: Option<GraphicsDeviceInfo>,
+    max_clipboard: Option<i32>,
+    xfers: BTreeMap<u32, AgentId>,
+    guest_owned: BTreeSet<u8>,
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why an agent was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Another agent already serves this session.
+    SessionTaken,
+}
+
+impl Router {
+    /// A router with our capabilities, no agents, port closed.
+    pub fn new() -> Self {
+        Self {
+            ours: our_caps(),
+            client: None,
+            wire: WireFormat::default(),
+            serials: GrabSerials::new(),
+            agents: BTreeMap::new(),
+            active_session: None,
+            port_open: false,
+            client_connected: false,
+            monitors: None,
+            device_info: None,
+            max_clipboard: None,
+            xfers: BTreeMap::new(),
+            guest_owned: BTreeSet::new(),
+        }
+    }
+
+    /// The agent serving the active session.
+    pub fn active_agent(&self) -> Option<AgentId> {
+        let session = self.active_session.as_ref()?;
+        self.agents
+            .iter()
+            .find(|(_, a)| &a.session == session)
+            .map(|(id, _)| *id)
+    }
+
+    /// The active agent's desktop layout.
+    pub fn active_geometry(&self) -> Option<&[GeometryMonitor]> {
+        let id = self.active_agent()?;
+        self.agents.get(&id)?.geometry.as_deref()
+    }
+
+    /// Whether the port should be open: the active agent can serve (it reported its geometry).
+    pub fn wants_port(&self) -> bool {
+        self.active_geometry().is_some()
+    }
+
+    fn send(&self, out: &mut Vec<Action>, port: Port, msg: &Message) {
+        match encode_message(port, msg, self.wire, ChunkMode::Single) {
+            Ok(bytes) => out.push(Action::Port(bytes)),
+            Err(e) => tracing::warn!("cannot encode {:?}: {e}", msg.message_type()),
+        }
+    }
+
+    fn to_active(&self, out: &mut Vec<Action>, msg: SessionMessage) -> bool {
+        match self.active_agent() {
+            Some(id) => {
+                out.push(Action::Agent(id, msg));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn status(
+        &self,
+        out: &mut Vec<Action>,
+        id: u32,
+        result: FileXferResult,
+        detail: FileXferDetail,
+    ) {
+        let detailed = self
+            .client
+            .as_ref()
+            .is_some_and(|c| c.has(Capability::FileXferDetailedErrors));
+        let st = if detailed {
+            FileXferStatus { id, result, detail }
+        } else {
+            FileXferStatus {
+                id,
+                result: result.downgrade(),
+                detail: FileXferDetail::None,
+            }
+        };
+        self.send(out, Port::Client, &Message::FileXferStatus(st));
+    }
+
+    /// Cancels every transfer (client gone or new client): the owning agents drop their partial files.
+    fn drop_transfers(&mut self, out: &mut Vec<Action>) {
+        for (id, agent) in std::mem::take(&mut self.xfers) {
+            if self.agents.contains_key(&agent) {
+                out.push(Action::Agent(agent, SessionMessage::FileXferCancel { id }));
+            }
+        }
+    }
+
+    /// The port was opened: announce our caps with `request = 1`.
+    pub fn port_opened(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.port_open = true;
+        self.client = None;
+        self.wire = WireFormat::default();
+        self.serials.reset();
+        self.guest_owned.clear();
+        let caps = Message::AnnounceCapabilities {
+            request: true,
+            caps: self.ours.clone(),
+        };
+        self.send(&mut out, Port::Client, &caps);
+        out
+    }
+
+    /// The port was closed (no agent can serve, or a stream error).
+    pub fn port_closed(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.port_open = false;
+        self.drop_transfers(&mut out);
+        if std::mem::take(&mut self.client_connected) {
+            self.to_active(&mut out, SessionMessage::ClientDisconnected);
+        }
+        self.client = None;
+        self.wire = WireFormat::default();
+        self.guest_owned.clear();
+        out
+    }
+
+    /// Frames a newly active agent needs: the stored client state.
+    fn activate(&self, out: &mut Vec<Action>, id: AgentId) {
+        if let Some(max) = self.max_clipboard {
+            out.push(Action::Agent(
+                id,
+                SessionMessage::MaxClipboard { max: max.into() },
+            ));
+        }
+        if let Some(info) = &self.device_info {
+            out.push(Action::Agent(id, device_info_msg(info)));
+        }
+        if let Some(mc) = &self.monitors {
+            out.push(Action::Agent(id, monitors_msg(mc)));
+        }
+        if self.client_connected {
+            out.push(Action::Agent(id, SessionMessage::ClientConnected));
+        }
+        if let Some(g) = self.agents.get(&id).and_then(|a| a.geometry.clone()) {
+            out.push(Action::Tablet(g));
+        }
+    }
+
+    /// Releases the guest-owned selections towards the client (the owner left or is no longer active).
+    fn release_guest_owned(&mut self, out: &mut Vec<Action>) {
+        for sel in std::mem::take(&mut self.guest_owned) {
+            if self.port_open {
+                let msg = Message::ClipboardRelease {
+                    selection: Selection::from_u8(sel),
+                };
+                self.send(out, Port::Client, &msg);
+            }
+        }
+    }
+
+    /// Sets the active session ("" in no-logind mode).
+    pub fn set_active_session(&mut self, session: Option<String>) -> Vec<Action> {
+        let mut out = Vec::new();
+        if session == self.active_session {
+            return out;
+        }
+        let before = self.active_agent();
+        self.active_session = session;
+        let after = self.active_agent();
+        if before != after {
+            self.release_guest_owned(&mut out);
+            if let Some(id) = after {
+                self.activate(&mut out, id);
+            }
+        }
+        out
+    }
+
+    /// A new agent of `session` connected; the hello is sent here.
+    pub fn agent_connected(
+        &mut self,
+        id: AgentId,
+        session: String,
+    ) -> Result<Vec<Action>, Refusal> {
+        if self.agents.values().any(|a| a.session == session) {
+            return Err(Refusal::SessionTaken);
+        }
+        let mut out = vec![Action::Agent(
+            id,
+            SessionMessage::Hello {
+                version: guestlink_protocol::session::SESSION_PROTOCOL_VERSION,
+                session_id: session.clone(),
+                capabilities: Vec::new(),
+            },
+        )];
+        self.agents.insert(
+            id,
+            Agent {
+                session,
+                geometry: None,
+            },
+        );
+        if self.active_agent() == Some(id) {
+            self.activate(&mut out, id);
+        }
+        Ok(out)
+    }
+
+    /// An agent disconnected.
+    pub fn agent_gone(&mut self, id: AgentId) -> Vec<Action> {
+        let mut out = Vec::new();
+        let was_active = self.active_agent() == Some(id);
+        self.agents.remove(&id);
+        let orphaned: Vec<u32> = self
+            .xfers
+            .iter()
+            .filter(|(_, a)| **a == id)
+            .map(|(x, _)| *x)
+            .collect();
+        for x in orphaned {
+            self.xfers.remove(&x);
+            if self.port_open {
+                self.status(
+                    &mut out,
+                    x,
+                    FileXferResult::VdagentNotConnected,
+                    FileXferDetail::None,
+                );
+            }
+        }
+        if was_active {
+            self.release_guest_owned(&mut out);
+        }
+        out
+    }
+
+    /// A frame from agent `id`.
+    pub fn on_agent(&mut self, id: AgentId, msg: SessionMessage) -> Vec<Action> {
+        let mut out = Vec::new();
+        let active = self.active_agent() == Some(id);
+        match msg {
+            SessionMessage::Hello { version, .. } => {
+                tracing::debug!(agent = id, version, "session agent hello");
+            }
+            SessionMessage::Geometry { monitors } => {
+                let monitors: Vec<_> = monitors.into_iter().take(64).collect();
+                if let Some(a) = self.agents.get_mut(&id) {
+                    a.geometry = Some(monitors.clone());
+                }
+                if active {
+                    out.push(Action::Tablet(monitors));
+                }
+            }
+            SessionMessage::ClipboardRequest {
+                selection,
+                data_type,
+            } if !active || !self.port_open => {
+                // Not the active session (or no client): an immediate empty answer, never host data.
+                let _ = data_type;
+                out.push(Action::Agent(
+                    id,
+                    SessionMessage::ClipboardData {
+                        selection,
+                        data_type: ClipboardType::None,
+                        data: Vec::new(),
+                    },
+                ));
+            }
+            _ if !active || !self.port_open => {
+                tracing::debug!(
+                    agent = id,
+                    "dropping a frame from an agent that is not active"
+                );
+            }
+            SessionMessage::ClipboardGrab { selection, types } => {
+                if self.client_has(Capability::ClipboardByDemand) {
+                    let serial = self
+                        .wire
+                        .grab_serial
+                        .then(|| self.serials.next_outgoing(selection));
+                    self.guest_owned.insert(selection.as_u8());
+                    let msg = Message::ClipboardGrab {
+                        selection,
+                        serial,
+                        types,
+                    };
+                    self.send(&mut out, Port::Client, &msg);
+                }
+            }
+            SessionMessage::ClipboardRequest {
+                selection,
+                data_type,
+            } => {
+                let msg = Message::ClipboardRequest {
+                    selection,
+                    data_type,
+                };
+                self.send(&mut out, Port::Client, &msg);
+            }
+            SessionMessage::ClipboardData {
+                selection,
+                data_type,
+                data,
+            } => {
+                let too_big = self
+                    .max_clipboard
+                    .is_some_and(|m| m >= 0 && data.len() > m as usize);
+                let data = if too_big { Vec::new() } else { data };
+                let msg = Message::Clipboard {
+                    selection,
+                    data_type,
+                    data,
+                };
+                self.send(&mut out, Port::Client, &msg);
+            }
+            SessionMessage::ClipboardRelease { selection } => {
+                if self.guest_owned.remove(&selection.as_u8()) {
+                    self.send(
+                        &mut out,
+                        Port::Client,
+                        &Message::ClipboardRelease { selection },
+                    );
+                }
+            }
+            SessionMessage::FileXferStatus {
+                id: xfer,
+                status,
+                disk_free_space,
+                error_code,
+            } => {
+                // Only the agent the transfer is bound to may report on it (CVE-2020-25651).
+                if self.xfers.get(&xfer) == Some(&id) {
+                    let result = FileXferResult::from_u32(status);
+                    let detail = match (result, disk_free_space, error_code) {
+                        (FileXferResult::NotEnoughSpace, Some(free), _) => {
+                            FileXferDetail::NotEnoughSpace {
+                                disk_free_space: free,
+                            }
+                        }
+                        (FileXferResult::Error, _, Some(code)) => FileXferDetail::Error {
+                            error_type: ERROR_TYPE_GLIB_IO,
+                            error_code: code,
+                        },
+                        _ => FileXferDetail::None,
+                    };
+                    if result != FileXferResult::CanSendData {
+                        self.xfers.remove(&xfer);
+                    }
+                    self.status(&mut out, xfer, result, detail);
+                }
+            }
+            SessionMessage::Error { code, message } => {
+                tracing::warn!(agent = id, "session agent error {code}: {message}");
+            }
+            other => tracing::debug!(
+                agent = id,
+                kind = other.kind(),
+                "ignoring an unexpected frame"
+            ),
+        }
+        out
+    }
+
+    fn client_has(&self, cap: Capability) -> bool {
+        self.client.as_ref().is_some_and(|c| c.has(cap))
+    }
+
+    /// A whole message from the port.
+    pub fn on_port(&mut self, port: Port, raw: &RawMessage) -> Vec<Action> {
+        let mut out = Vec::new();
+        let msg = match raw.decode(self.wire) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    msg_type = raw.header.msg_type,
+                    "invalid message from the host: {e}"
+                );
+                self.invalid_message(&mut out, raw);
+                return out;
+            }
+        };
+        match msg {
+            Message::AnnounceCapabilities { request, caps } => {
+                self.wire = WireFormat::negotiate(&self.ours, &caps);
+                tracing::info!(caps = ?caps.words(), request, "client capabilities");
+                self.client = Some(caps);
+                if request {
+                    // A new client: forget the old one's transfers and serials, answer with our caps.
+                    self.drop_transfers(&mut out);
+                    if self.client_connected {
+                        self.to_active(&mut out, SessionMessage::ClientDisconnected);
+                    }
+                    self.serials.reset();
+                    let reply = Message::AnnounceCapabilities {
+                        request: false,
+                        caps: self.ours.clone(),
+                    };
+                    self.send(&mut out, port, &reply);
+                }
+                if !self.client_connected {
+                    self.client_connected = true;
+                    self.to_active(&mut out, SessionMessage::ClientConnected);
+                }
+            }
+            Message::MonitorsConfig(mc) => {
+                let reply = Message::Reply {
+                    message_type: MessageType::MonitorsConfig.as_u32(),
+                    result: ReplyResult::Success,
+                };
+                self.send(&mut out, port, &reply);
+                self.to_active(&mut out, monitors_msg(&mc));
+                self.monitors = Some(mc);
+            }
+            Message::ClipboardGrab {
+                selection,
+                serial,
+                types,
+            } => {
+                let accepted = match serial {
+                    Some(s) => self.serials.accept(selection, s, SerialRule::Guest),
+                    None => true,
+                };
+                if accepted {
+                    self.guest_owned.remove(&selection.as_u8());
+                    self.to_active(&mut out, SessionMessage::ClipboardGrab { selection, types });
+                } else {
+                    tracing::debug!(?serial, "stale clipboard grab serial dropped");
+                }
+            }
+            Message::ClipboardRequest {
+                selection,
+                data_type,
+            } => {
+                if !self.to_active(
+                    &mut out,
+                    SessionMessage::ClipboardRequest {
+                        selection,
+                        data_type,
+                    },
+                ) {
+                    let empty = Message::Clipboard {
+                        selection,
+                        data_type: ClipboardType::None,
+                        data: Vec::new(),
+                    };
+                    self.send(&mut out, Port::Client, &empty);
+                }
+            }
+            Message::Clipboard {
+                selection,
+                data_type,
+                data,
+            } => {
+                self.to_active(
+                    &mut out,
+                    SessionMessage::ClipboardData {
+                        selection,
+                        data_type,
+                        data,
+                    },
+                );
+            }
+            Message::ClipboardRelease { selection } => {
+                self.to_active(&mut out, SessionMessage::ClipboardRelease { selection });
+            }
+            Message::FileXferStart(start) => self.xfer_start(&mut out, start),
+            Message::FileXferData(data) => {
+                if let Some(agent) = self.xfers.get(&data.id) {
+                    out.push(Action::Agent(
+                        *agent,
+                        SessionMessage::FileXferData {
+                            id: data.id,
+                            data: data.data,
+                        },
+                    ));
+                }
+            }
+            Message::FileXferStatus(st) => {
+                if st.result != FileXferResult::CanSendData {
+                    if let Some(agent) = self.xfers.remove(&st.id) {
+                        out.push(Action::Agent(
+                            agent,
+                            SessionMessage::FileXferCancel { id: st.id },
+                        ));
+                    }
+                }
+            }
+            Message::ClientDisconnected => {
+                out.push(Action::ResetClientPort);
+                self.drop_transfers(&mut out);
+                if std::mem::take(&mut self.client_connected) {
+                    self.to_active(&mut out, SessionMessage::ClientDisconnected);
+                }
+                self.guest_owned.clear();
+            }
+            Message::MaxClipboard { max } => {
+                self.max_clipboard = Some(max);
+                self.to_active(&mut out, SessionMessage::MaxClipboard { max: max.into() });
+            }
+            Message::GraphicsDeviceInfo(info) => {
+                self.to_active(&mut out, device_info_msg(&info));
+                self.device_info = Some(info);
+            }
+            Message::AudioVolumeSync(v) => {
+                self.to_active(
+                    &mut out,
+                    SessionMessage::AudioVolumeSync {
+                        is_playback: v.is_playback,
+                        mute: v.mute,
+                        volumes: v.volumes,
+                    },
+                );
+            }
+            Message::MouseState(m) => self.mouse(&mut out, m),
+            Message::Reply { .. } | Message::DisplayConfig(_) => {}
+        }
+        out
+    }
+
+    fn mouse(&self, out: &mut Vec<Action>, m: MouseState) {
+        let Some(geometry) = self.active_geometry() else {
+            return;
+        };
+        // x/y are relative to display `display_id`; an unknown display drops the event (like vdagentd).
+        let Some(mon) = geometry
+            .iter()
+            .find(|g| g.display_id == u32::from(m.display_id))
+        else {
+            tracing::debug!(
+                display = m.display_id,
+                "mouse event for an unknown display dropped"
+            );
+            return;
+        };
+        out.push(Action::Mouse(
+            i64::from(m.x) + i64::from(mon.x),
+            i64::from(m.y) + i64::from(mon.y),
+            m.buttons,
+        ));
+    }
+
+    fn xfer_start(
+        &mut self,
+        out: &mut Vec<Action>,
+        start: guestlink_protocol::vdagent::FileXferStart,
+    ) {
+        let id = start.id;
+        if self.xfers.contains_key(&id) {
+            // Duplicate id: refused, the running transfer is left alone.
+            let detail = FileXferDetail::None;
+            self.status(out, id, FileXferResult::Error, detail);
+            return;
+        }
+        if self.xfers.len() >= MAX_TRANSFERS {
+            let detail = FileXferDetail::Error {
+                error_type: ERROR_TYPE_GLIB_IO,
+                error_code: G_IO_ERROR_TOO_MANY_OPEN_FILES,
+            };
+            self.status(out, id, FileXferResult::Error, detail);
+            return;
+        }
+        let Some(agent) = self.active_agent() else {
+            self.status(
+                out,
+                id,
+                FileXferResult::VdagentNotConnected,
+                FileXferDetail::None,
+            );
+            return;
+        };
+        if let Err(e) = validate_file_name(&start.name) {
+            tracing::warn!(name = ?start.name, "file transfer refused: {e}");
+            let detail = FileXferDetail::Error {
+                error_type: ERROR_TYPE_GLIB_IO,
+                error_code: G_IO_ERROR_INVALID_FILENAME,
+            };
+            self.status(out, id, FileXferResult::Error, detail);
+            return;
+        }
+        self.xfers.insert(id, agent);
+        out.push(Action::Agent(
+            agent,
+            SessionMessage::FileXferStart {
+                id,
+                name: start.name,
+                size: start.size,
+            },
+        ));
+    }
+
+    /// A message that failed to decode: a START or DATA with a readable id still gets its transfer failed.
+    fn invalid_message(&mut self, out: &mut Vec<Action>, raw: &RawMessage) {
+        let id = raw
+            .payload
+            .first_chunk::<4>()
+            .map(|b| u32::from_le_bytes(*b));
+        let (Some(id), Some(t)) = (id, MessageType::from_u32(raw.header.msg_type)) else {
+            return;
+        };
+        match t {
+            MessageType::FileXferStart if !self.xfers.contains_key(&id) => {
+                self.status(out, id, FileXferResult::Error, FileXferDetail::None);
+            }
+            MessageType::FileXferData => {
+                if let Some(agent) = self.xfers.remove(&id) {
+                    out.push(Action::Agent(agent, SessionMessage::FileXferCancel { id }));
+                    self.status(out, id, FileXferResult::Error, FileXferDetail::None);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn monitors_msg(mc: &MonitorsConfig) -> SessionMessage {
+    let monitors = mc
+        .monitors
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mm = mc.physical_sizes.as_ref().and_then(|p| p.get(i));
+            SessionMonitor {
+                width: m.width,
+                height: m.height,
+                depth: m.depth,
+                x: m.x,
+                y: m.y,
+                mm_width: mm.map(|p| p.width),
+                mm_height: mm.map(|p| p.height),
+            }
+        })
+        .collect();
+    SessionMessage::MonitorsConfig {
+        flags: mc.flags,
+        monitors,
+    }
+}
+
+fn device_info_msg(info: &GraphicsDeviceInfo) -> SessionMessage {
+    SessionMessage::GraphicsDeviceInfo {
+        displays: info
+            .displays
+            .iter()
+            .map(|d| SessionDeviceDisplay {
+                channel_id: d.channel_id,
+                monitor_id: d.monitor_id,
+                device_display_id: d.device_display_id,
+                device_address: String::from_utf8_lossy(
+                    d.device_address
+                        .strip_suffix(&[0])
+                        .unwrap_or(&d.device_address),
+                )
+                .into_owned(),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,677 @@
+//! guestlinkd's SPICE side, black-box: the test plays spice-server/client on a unix socket standing in for
+//! `com.redhat.spice.0` and a minimal session agent speaking `protocol::session` on the session socket.
+//!
+//! Covers the spice-gtk replay (caps 0x00035077, PHYSICAL_SIZE monitor configs, 64 KiB clipboard in 2048-byte
+//! chunks), routing both ways, file transfer rules, MOUSE_STATE → `--uinput-fake` events, and the hostile
+//! messages of vdagent-protocol.md §4 (the daemon survives, reopens the port and keeps serving).
+//!
+//! Run: `cargo test -p guestlink-tests --test spice_daemon`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{self, FrameDecoder, GeometryMonitor, SessionMessage};
+use guestlink_protocol::vdagent::{
+    encode_message, encode_raw_message, Capabilities, Capability, ChunkMode, ClipboardType,
+    FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus, Message,
+    MessageType, MonitorConfig, MonitorMm, MonitorsConfig, Port, Reassembler, ReassemblerConfig,
+    ReplyResult, Selection, WireFormat,
+};
+use guestlink_tests::agent::guestlinkd_path;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const SPICE_GTK_CAPS: u32 = 0x0003_5077;
+
+/// The guestlinkd process, killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Daemon {
+    fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+/// The host end of the port.
+struct Host {
+    s: UnixStream,
+    reasm: Reassembler,
+    queue: std::collections::VecDeque<(Port, guestlink_protocol::vdagent::RawMessage)>,
+    wire: WireFormat,
+}
+
+impl Host {
+    fn accept(l: &UnixListener) -> Host {
+        l.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match l.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(200)))
+                        .unwrap();
+                    return Host {
+                        s,
+                        reasm: Reassembler::new(ReassemblerConfig::host_side()),
+                        queue: Default::default(),
+                        wire: WireFormat::default(),
+                    };
+                }
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("guestlinkd never opened the port: {e}"),
+            }
+        }
+    }
+
+    fn send(&mut self, port: Port, m: &Message) {
+        let b = encode_message(port, m, self.wire, ChunkMode::Split).unwrap();
+        self.s.write_all(&b).unwrap();
+    }
+
+    /// The next message, or `None` on EOF / after `wait`.
+    fn recv_within(&mut self, wait: Duration) -> Option<(Port, Message)> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some((p, raw)) = self.queue.pop_front() {
+                return Some((
+                    p,
+                    raw.decode(self.wire)
+                        .expect("guestlinkd sent a bad message"),
+                ));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            let mut buf = vec![0u8; 65536];
+            match self.s.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    for ev in self.reasm.feed(&buf[..n]) {
+                        self.queue
+                            .push_back(ev.expect("guestlinkd sent bad chunks"));
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn recv(&mut self) -> (Port, Message) {
+        self.recv_within(TIMEOUT)
+            .expect("no message from guestlinkd")
+    }
+
+    /// Skips messages until one matches.
+    fn expect<T>(&mut self, what: &str, mut f: impl FnMut(Port, &Message) -> Option<T>) -> T {
+        let deadline = Instant::now() + TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some((p, m)) = self.recv_within(Duration::from_secs(1)) {
+                if let Some(t) = f(p, &m) {
+                    return t;
+                }
+                eprintln!("(skipping {m:?} while waiting for {what})");
+            }
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// The opening sequence: our caps request=1 arrive, the client answers like spice-gtk.
+    fn handshake(&mut self) -> Capabilities {
+        let (p, m) = self.recv();
+        let Message::AnnounceCapabilities { request, caps } = m else {
+            panic!("first message is not ANNOUNCE_CAPABILITIES: {m:?}");
+        };
+        assert_eq!(p, Port::Client);
+        assert!(request, "guestlinkd must ask for the client's caps");
+        let client = Capabilities::from_words(&[SPICE_GTK_CAPS]);
+        self.send(
+            Port::Client,
+            &Message::AnnounceCapabilities {
+                request: true,
+                caps: client.clone(),
+            },
+        );
+        let (_, m) = self.recv();
+        assert!(
+            matches!(m, Message::AnnounceCapabilities { request: false, .. }),
+            "caps request=1 must be answered with request=0: {m:?}"
+        );
+        self.wire = WireFormat::negotiate(&client, &caps);
+        caps
+    }
+}
+
+/// The in-test session agent.
+struct Agent {
+    s: UnixStream,
+    dec: FrameDecoder,
+    queue: std::collections::VecDeque<SessionMessage>,
+}
+
+impl Agent {
+    fn connect(path: &Path) -> Agent {
+        let deadline = Instant::now() + TIMEOUT;
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("session socket: {e}"),
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        Agent {
+            s,
+            dec: FrameDecoder::new(),
+            queue: Default::default(),
+        }
+    }
+
+    fn send(&mut self, m: &SessionMessage) {
+        self.s.write_all(&session::encode(m).unwrap()).unwrap();
+    }
+
+    fn recv_within(&mut self, wait: Duration) -> Option<SessionMessage> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(m) = self.queue.pop_front() {
+                return Some(m);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            let mut buf = vec![0u8; 65536];
+            match self.s.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    for r in self.dec.feed(&buf[..n]) {
+                        self.queue.push_back(r.expect("bad frame from guestlinkd"));
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn expect<T>(&mut self, what: &str, mut f: impl FnMut(&SessionMessage) -> Option<T>) -> T {
+        let deadline = Instant::now() + TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(m) = self.recv_within(Duration::from_secs(1)) {
+                if let Some(t) = f(&m) {
+                    return t;
+                }
+                eprintln!("(agent skipping {:?} while waiting for {what})", m.kind());
+            }
+        }
+        panic!("agent timed out waiting for {what}");
+    }
+
+    fn hello_and_geometry(&mut self) {
+        self.expect("hello", |m| {
+            matches!(m, SessionMessage::Hello { .. }).then_some(())
+        });
+        self.send(&SessionMessage::Hello {
+            version: session::SESSION_PROTOCOL_VERSION,
+            session_id: String::new(),
+            capabilities: vec![],
+        });
+        self.send(&SessionMessage::Geometry {
+            monitors: vec![GeometryMonitor {
+                display_id: 0,
+                x: 0,
+                y: 0,
+                width: 1280,
+                height: 800,
+            }],
+        });
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    daemon: Daemon,
+    listener: UnixListener,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let vport = dir.path().join("vport.sock");
+        let listener = UnixListener::bind(&vport).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        let child = Command::new(guestlinkd_path())
+            .args(["-m", "none", "--foreground", "--no-logind"])
+            .arg("-t")
+            .arg(dir.path().join("state"))
+            .arg("--spice-path")
+            .arg(&vport)
+            .arg("--session-socket")
+            .arg(dir.path().join("session.sock"))
+            .arg("--uinput-fake")
+            .arg(dir.path().join("uinput"))
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start guestlinkd");
+        Setup {
+            dir,
+            daemon: Daemon(child),
+            listener,
+        }
+    }
+
+    fn session_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("session.sock")
+    }
+}
+
+fn monitors(physical: bool, w: u32, h: u32) -> Message {
+    Message::MonitorsConfig(MonitorsConfig {
+        flags: 1,
+        monitors: vec![MonitorConfig {
+            height: h,
+            width: w,
+            depth: 32,
+            x: 0,
+            y: 0,
+        }],
+        physical_sizes: physical.then(|| {
+            vec![MonitorMm {
+                height: 200,
+                width: 300,
+            }]
+        }),
+    })
+}
+
+fn is_reply_ok(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::Reply {
+            message_type: 2,
+            result: ReplyResult::Success
+        }
+    )
+}
+
+fn status_of(m: &Message, want: u32) -> Option<FileXferStatus> {
+    match m {
+        Message::FileXferStatus(s) if s.id == want => Some(s.clone()),
+        _ => None,
+    }
+}
+
+#[test]
+fn spice_gtk_replay_routing_and_file_rules() {
+    let mut s = Setup::start();
+    // No agent → the port stays closed.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.listener.set_nonblocking(true).unwrap();
+    assert!(
+        s.listener.accept().is_err(),
+        "port opened before any session agent could serve"
+    );
+
+    let mut agent = Agent::connect(&s.session_socket());
+    agent.hello_and_geometry();
+    let mut host = Host::accept(&s.listener);
+    let caps = host.handshake();
+    for cap in [
+        Capability::MouseState,
+        Capability::MonitorsConfig,
+        Capability::Reply,
+        Capability::ClipboardByDemand,
+        Capability::ClipboardSelection,
+        Capability::SparseMonitorsConfig,
+        Capability::GuestLineendLf,
+        Capability::MaxClipboard,
+        Capability::FileXferDetailedErrors,
+        Capability::GraphicsDeviceInfo,
+        Capability::ClipboardNoReleaseOnRegrab,
+        Capability::ClipboardGrabSerial,
+    ] {
+        assert!(caps.has(cap), "guestlinkd does not announce {cap:?}");
+    }
+    agent.expect("client-connected", |m| {
+        matches!(m, SessionMessage::ClientConnected).then_some(())
+    });
+
+    // spice-gtk's MAX_CLIPBOARD and monitor configs, with and without PHYSICAL_SIZE.
+    host.send(Port::Client, &Message::MaxClipboard { max: 100 << 20 });
+    agent.expect("max-clipboard", |m| {
+        matches!(m, SessionMessage::MaxClipboard { max } if *max == 100 << 20).then_some(())
+    });
+    host.send(Port::Client, &monitors(true, 1024, 768));
+    host.expect("REPLY for PHYSICAL_SIZE config", |p, m| {
+        (p == Port::Client && is_reply_ok(m)).then_some(())
+    });
+    agent.expect("monitors-config with mm", |m| match m {
+        SessionMessage::MonitorsConfig { monitors, .. } => {
+            assert_eq!((monitors[0].width, monitors[0].height), (1024, 768));
+            assert_eq!(
+                (monitors[0].mm_width, monitors[0].mm_height),
+                (Some(300), Some(200))
+            );
+            Some(())
+        }
+        _ => None,
+    });
+    // A request on the server port is answered on the server port.
+    host.send(Port::Server, &monitors(false, 800, 600));
+    host.expect("REPLY on port 2", |p, m| {
+        (p == Port::Server && is_reply_ok(m)).then_some(())
+    });
+
+    // Host → guest clipboard: GRAB (serial 0) → agent; agent REQUEST → host; 64 KiB DATA in 2048-byte chunks.
+    host.send(
+        Port::Client,
+        &Message::ClipboardGrab {
+            selection: Selection::Clipboard,
+            serial: Some(0),
+            types: vec![ClipboardType::Utf8Text],
+        },
+    );
+    agent.expect("grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { types, .. } if types == &[ClipboardType::Utf8Text]).then_some(())
+    });
+    agent.send(&SessionMessage::ClipboardRequest {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+    });
+    host.expect("request", |_, m| {
+        matches!(m, Message::ClipboardRequest { .. }).then_some(())
+    });
+    let big: Vec<u8> = (0..65536u32).map(|i| b'a' + (i % 26) as u8).collect();
+    host.send(
+        Port::Client,
+        &Message::Clipboard {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+            data: big.clone(),
+        },
+    );
+    agent.expect("64 KiB clipboard data", |m| match m {
+        SessionMessage::ClipboardData { data, .. } => {
+            assert_eq!(data, &big);
+            Some(())
+        }
+        _ => None,
+    });
+
+    // Guest → host: the agent grabs (serial 0 on the wire), the host requests, data comes back in one chunk.
+    agent.send(&SessionMessage::ClipboardGrab {
+        selection: Selection::Primary,
+        types: vec![ClipboardType::Utf8Text],
+    });
+    host.expect("guest grab", |_, m| match m {
+        Message::ClipboardGrab {
+            selection, serial, ..
+        } => {
+            assert_eq!(*selection, Selection::Primary);
+            assert_eq!(*serial, Some(0));
+            Some(())
+        }
+        _ => None,
+    });
+    host.send(
+        Port::Client,
+        &Message::ClipboardRequest {
+            selection: Selection::Primary,
+            data_type: ClipboardType::Utf8Text,
+        },
+    );
+    agent.expect("request from host", |m| {
+        matches!(m, SessionMessage::ClipboardRequest { .. }).then_some(())
+    });
+    agent.send(&SessionMessage::ClipboardData {
+        selection: Selection::Primary,
+        data_type: ClipboardType::Utf8Text,
+        data: vec![b'g'; 10_000],
+    });
+    host.expect("guest data", |_, m| match m {
+        Message::Clipboard { data, .. } => {
+            assert_eq!(data.len(), 10_000);
+            Some(())
+        }
+        _ => None,
+    });
+
+    // File transfer: START → agent; CAN_SEND_DATA → host; DATA → agent; SUCCESS → host.
+    let start = |id: u32, name: &str| {
+        Message::FileXferStart(FileXferStart {
+            id,
+            name: name.into(),
+            size: 5,
+            file_xfer_nr: None,
+            file_xfer_total: None,
+        })
+    };
+    host.send(Port::Client, &start(7, "a.txt"));
+    agent.expect("xfer start", |m| {
+        matches!(m, SessionMessage::FileXferStart { id: 7, name, size: 5 } if name == "a.txt")
+            .then_some(())
+    });
+    agent.send(&SessionMessage::FileXferStatus {
+        id: 7,
+        status: 0,
+        disk_free_space: None,
+        error_code: None,
+    });
+    host.expect("CAN_SEND_DATA", |_, m| {
+        status_of(m, 7).filter(|s| s.result == FileXferResult::CanSendData)
+    });
+    // A duplicate START for an active id is refused and does not disturb the transfer.
+    host.send(Port::Client, &start(7, "b.txt"));
+    host.expect("duplicate id refused", |_, m| {
+        status_of(m, 7).filter(|s| s.result == FileXferResult::Error)
+    });
+    host.send(
+        Port::Client,
+        &Message::FileXferData(FileXferData {
+            id: 7,
+            data: b"hello".to_vec(),
+        }),
+    );
+    agent.expect("xfer data", |m| {
+        matches!(m, SessionMessage::FileXferData { id: 7, data } if data == b"hello").then_some(())
+    });
+    agent.send(&SessionMessage::FileXferStatus {
+        id: 7,
+        status: 3,
+        disk_free_space: None,
+        error_code: None,
+    });
+    host.expect("SUCCESS", |_, m| {
+        status_of(m, 7).filter(|s| s.result == FileXferResult::Success)
+    });
+    // Unsafe names never reach the agent.
+    host.send(Port::Client, &start(8, "../evil"));
+    let st = host.expect("traversal refused", |_, m| status_of(m, 8));
+    assert_eq!(st.result, FileXferResult::Error);
+    assert_eq!(
+        st.detail,
+        FileXferDetail::Error {
+            error_type: 0,
+            error_code: 10
+        }
+    );
+    // At most 128 concurrent transfers; the 129th gets TOO_MANY_OPEN_FILES.
+    for id in 100..228 {
+        host.send(Port::Client, &start(id, &format!("f{id}")));
+    }
+    host.send(Port::Client, &start(500, "one-too-many"));
+    let st = host.expect("129th refused", |_, m| status_of(m, 500));
+    assert_eq!(
+        st.detail,
+        FileXferDetail::Error {
+            error_type: 0,
+            error_code: 31
+        }
+    );
+    // CLIENT_DISCONNECTED drops the transfers (the agent is told) and tells the agent.
+    host.send(Port::Server, &Message::ClientDisconnected);
+    agent.expect("client-disconnected", |m| {
+        matches!(m, SessionMessage::ClientDisconnected).then_some(())
+    });
+
+    // The agent leaves → the port is closed.
+    drop(agent);
+    assert!(
+        host.recv_within(TIMEOUT).is_none() || host.recv_within(TIMEOUT).is_none(),
+        "port still open after the agent left"
+    );
+    assert!(s.daemon.alive());
+}
+
+fn send_raw(host: &mut Host, port: u32, msg_type: u32, payload: &[u8]) {
+    let b = encode_raw_message(Port::Client, msg_type, payload, ChunkMode::Split).unwrap();
+    let mut b = b;
+    // Patch the port of every chunk header (only single-chunk payloads are used with port 2 here).
+    b[0..4].copy_from_slice(&port.to_le_bytes());
+    host.s.write_all(&b).unwrap();
+}
+
+/// The daemon still serves: a monitors config gets its REPLY.
+fn still_serving(host: &mut Host) {
+    host.send(Port::Client, &monitors(false, 1024, 768));
+    host.expect("REPLY after hostile input", |_, m| {
+        is_reply_ok(m).then_some(())
+    });
+}
+
+#[test]
+fn hostile_messages_and_mouse() {
+    let mut s = Setup::start();
+    let mut agent = Agent::connect(&s.session_socket());
+    agent.hello_and_geometry();
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+
+    // MOUSE_STATE on port 2 → input_event records (ABS_X, ABS_Y, BTN_LEFT=1, SYN).
+    let mut mouse = Vec::new();
+    for v in [100u32, 200, 1 << 1] {
+        mouse.extend_from_slice(&v.to_le_bytes());
+    }
+    mouse.push(0);
+    send_raw(&mut host, 2, MessageType::MouseState.as_u32(), &mouse);
+    let fake = s.dir.path().join("uinput");
+    let deadline = Instant::now() + TIMEOUT;
+    while std::fs::metadata(&fake).map(|m| m.len()).unwrap_or(0) < 4 * 24 {
+        assert!(Instant::now() < deadline, "no input events written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ev = std::fs::read(&fake).unwrap();
+    let recs: Vec<(u16, u16, i32)> = ev
+        .chunks(24)
+        .map(|r| {
+            (
+                u16::from_ne_bytes([r[16], r[17]]),
+                u16::from_ne_bytes([r[18], r[19]]),
+                i32::from_ne_bytes([r[20], r[21], r[22], r[23]]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recs,
+        vec![(3, 0, 100), (3, 1, 200), (1, 0x110, 1), (0, 0, 0)]
+    );
+
+    // 1. Monitor count overflow (0x0CCCCCCD × 20 wraps to 4 in 32 bits): ignored, no reply, no crash.
+    let mut p = Vec::new();
+    p.extend_from_slice(&0x0CCC_CCCDu32.to_le_bytes());
+    p.extend_from_slice(&0u32.to_le_bytes());
+    p.extend_from_slice(&[0; 4]);
+    send_raw(&mut host, 1, 2, &p);
+    still_serving(&mut host);
+    // 2. GRAPHICS_DEVICE_INFO with a huge device-address length.
+    let mut p = Vec::new();
+    for v in [1u32, 0, 0, 0, 0x7fff_fff0] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    p.extend_from_slice(b"pci/0000/02.0\0");
+    send_raw(&mut host, 2, 16, &p);
+    still_serving(&mut host);
+    // 3. FILE_XFER_DATA whose size field exceeds its payload: the transfer fails, no memory reaches a file.
+    host.send(
+        Port::Client,
+        &Message::FileXferStart(FileXferStart {
+            id: 9,
+            name: "x".into(),
+            size: 0x20000,
+            file_xfer_nr: None,
+            file_xfer_total: None,
+        }),
+    );
+    agent.expect("start", |m| {
+        matches!(m, SessionMessage::FileXferStart { id: 9, .. }).then_some(())
+    });
+    agent.send(&SessionMessage::FileXferStatus {
+        id: 9,
+        status: 0,
+        disk_free_space: None,
+        error_code: None,
+    });
+    host.expect("CAN_SEND_DATA", |_, m| status_of(m, 9));
+    let mut p = Vec::new();
+    p.extend_from_slice(&9u32.to_le_bytes());
+    p.extend_from_slice(&0x20000u64.to_le_bytes());
+    p.extend_from_slice(b"0123456789");
+    send_raw(&mut host, 1, 12, &p);
+    host.expect("ERROR for the lying DATA", |_, m| {
+        status_of(m, 9).filter(|s| s.result == FileXferResult::Error)
+    });
+    agent.expect("cancel", |m| match m {
+        SessionMessage::FileXferCancel { id: 9 } => Some(()),
+        SessionMessage::FileXferData { .. } => panic!("lying DATA forwarded to the agent"),
+        _ => None,
+    });
+    still_serving(&mut host);
+
+    // 4. A 4 GiB message header: refused before allocation → the port is closed and reopened.
+    let mut b = Vec::new();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&20u32.to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    host.s.write_all(&b).unwrap();
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+    still_serving(&mut host);
+    assert!(s.daemon.alive());
+
+    // 5. A chunk over 2048 bytes → reopen, like spice-vdagentd.
+    let mut b = Vec::new();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&4096u32.to_le_bytes());
+    b.extend_from_slice(&[0u8; 4096]);
+    let _ = host.s.write_all(&b);
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+    still_serving(&mut host);
+
+    // A second agent for the same (logind-less) session is refused.
+    let mut second = Agent::connect(&s.session_socket());
+    second.expect("refusal", |m| match m {
+        SessionMessage::Error { code, .. } => Some(code.clone()),
+        _ => None,
+    });
+    assert!(s.daemon.alive(), "guestlinkd died");
+}
