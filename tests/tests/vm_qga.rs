@@ -149,6 +149,49 @@ fn vm_agent_protocol() {
         );
     }
 
+    // Newer read-only commands, checked where the agent lists them (qemu-ga 7.2 lacks some).
+    let has = |c: &str| cmds.contains(&c);
+    if has("guest-get-load") {
+        let l = q.ok("guest-get-load", None);
+        assert!(l["load1m"].as_f64().is_some_and(|v| v >= 0.0), "{l}");
+    }
+    if has("guest-get-cpustats") {
+        let c = q.ok("guest-get-cpustats", None);
+        let c = c.as_array().expect("cpustats");
+        assert!(
+            c.len() == 1 && c[0]["cpu"] == 0 && c[0]["type"] == "linux",
+            "{c:?}"
+        );
+    }
+    if has("guest-get-diskstats") {
+        let d = q.ok("guest-get-diskstats", None);
+        let names: Vec<&str> = d
+            .as_array()
+            .expect("diskstats")
+            .iter()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        assert!(names.contains(&"vda") && names.contains(&"vdb"), "{d}");
+    }
+    if has("guest-get-memory-block-info") {
+        let m = q.ok("guest-get-memory-block-info", None);
+        assert!(m["size"].as_u64().is_some_and(|s| s > 0), "{m}");
+    }
+    if has("guest-get-memory-blocks") {
+        let m = q.ok("guest-get-memory-blocks", None);
+        assert!(m.as_array().is_some_and(|a| !a.is_empty()), "{m}");
+    }
+    if has("guest-network-get-route") {
+        let r = q.ok("guest-network-get-route", None);
+        assert!(
+            r.as_array()
+                .expect("routes")
+                .iter()
+                .all(|e| e["iface"] == "lo"),
+            "only lo exists in the VM: {r}"
+        );
+    }
+
     step("a host that disconnects mid-request; the next host resyncs with 0xFF + guest-sync-delimited");
     drop(q);
     let mut half = Qga::connect(&vm.path("qga.sock"));

@@ -500,18 +500,24 @@ impl Vm {
     }
 
     /// Waits for QEMU's VSERPORT_CHANGE open=true on the agent port (channel0): the agent opened it.
-    pub fn wait_agent_port_open(&self) -> Duration {
-        let ev = self.qmp.wait_for(BOOT_TIMEOUT, |v| {
-            v["event"] == "VSERPORT_CHANGE"
-                && v["data"]["id"] == "channel0"
-                && v["data"]["open"] == true
-        });
-        assert!(
-            ev.is_some(),
-            "agent never opened its port; console:\n{}",
-            self.console()
-        );
-        self.booted_at.elapsed()
+    pub fn wait_agent_port_open(&mut self) -> Duration {
+        let deadline = Instant::now() + BOOT_TIMEOUT;
+        loop {
+            let ev = self.qmp.wait_for(Duration::from_secs(1), |v| {
+                v["event"] == "VSERPORT_CHANGE"
+                    && v["data"]["id"] == "channel0"
+                    && v["data"]["open"] == true
+            });
+            if ev.is_some() {
+                return self.booted_at.elapsed();
+            }
+            let exited = matches!(self.child.try_wait(), Ok(Some(_)));
+            assert!(
+                !exited && Instant::now() < deadline,
+                "agent never opened its port (QEMU exited: {exited}); console:\n{}",
+                self.console()
+            );
+        }
     }
 
     /// A fresh host connection to the agent, resynchronised.
