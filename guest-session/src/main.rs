@@ -1,3 +1,83 @@
-//! guestlink-session: the per-user desktop agent.
+//! guestlink-session: the per-user desktop agent. It connects to guestlinkd's session socket and does, for the
+//! desktop session it runs in, what the host asks: clipboard both ways, resize from monitors configs, and saving
+//! received files in the download directory.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod backend;
+mod connection;
+mod dirs;
+mod files;
+mod instance;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+/// The per-user desktop agent of guestlink (clipboard, resize, received files).
+#[derive(Debug, Parser)]
+#[command(name = "guestlink-session", version)]
+struct Cli {
+    /// guestlinkd's session socket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/guestlinkd/session.sock"
+    )]
+    socket: PathBuf,
+    /// Where received files are saved [default: the XDG download directory, else ~/Downloads].
+    #[arg(long, value_name = "DIR")]
+    download_dir: Option<PathBuf>,
+    /// More logging (-v debug, -vv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let Some(lock) = instance::acquire()? else {
+        tracing::info!(
+            lock = %instance::lock_path().display(),
+            "another guestlink-session runs for this user and display; exiting"
+        );
+        return Ok(());
+    };
+    tracing::debug!(lock = %lock.path().display(), "single-instance lock held");
+    let download_dir = dirs::download_dir(cli.download_dir);
+    match &download_dir {
+        Some(d) => tracing::info!(dir = %d.display(), "download directory"),
+        None => tracing::warn!("no download directory: file transfers disabled"),
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(async move {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let backend = backend::select(tx);
+        tracing::info!(backend = backend.name(), features = ?backend.features(), "backend");
+        let files = files::FileReceiver::new(download_dir);
+        let mut agent = connection::Agent::new(cli.socket, backend, rx, files);
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = agent.run() => r,
+            _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted"); Ok(()) }
+            _ = term.recv() => { tracing::info!("terminated"); Ok(()) }
+        }
+    })
+}

@@ -1,0 +1,127 @@
+//! The desktop backend interface: what `guestlink-session` needs from a display server.
+//!
+//! A backend owns the clipboard selections (CLIPBOARD and PRIMARY) on behalf of the host, reports the guest's own
+//! clipboard changes, applies monitor configurations and reports the resulting geometry. Calls never block: a
+//! backend queues work on its own thread (or task) and answers through [`BackendEvent`]s on the channel it was
+//! created with. The X11 backend ([`x11`]) is the first implementation; Wayland backends (data-control clipboard,
+//! compositor-specific resize) implement the same trait later.
+//!
+//! Choice ([`select`]): `$DISPLAY` set → X11 (also under Xwayland); otherwise a [`null::NullBackend`] that keeps
+//! file transfers working and answers every clipboard request empty.
+
+pub mod null;
+pub mod x11;
+
+use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What a backend tells the daemon connection (and so the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendEvent {
+    /// A guest application owns `selection` now and offers `types`.
+    ClipboardGrab {
+        /// Selection.
+        selection: Selection,
+        /// Offered vdagent types.
+        types: Vec<ClipboardType>,
+    },
+    /// A guest application pastes host-owned `selection`: the host must send the data.
+    ClipboardRequest {
+        /// Selection.
+        selection: Selection,
+        /// Wanted type.
+        data_type: ClipboardType,
+    },
+    /// The answer to [`DesktopBackend::clipboard_request`] (`ClipboardType::None` + empty = nothing).
+    ClipboardData {
+        /// Selection.
+        selection: Selection,
+        /// Type of `data`.
+        data_type: ClipboardType,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The guest no longer offers `selection` (its owner went away).
+    ClipboardRelease {
+        /// Selection.
+        selection: Selection,
+    },
+    /// The desktop layout (after a monitors config, a foreign change, or on request).
+    Geometry(Vec<GeometryMonitor>),
+    /// The backend stopped (display connection lost); the agent exits.
+    Fatal(String),
+}
+
+/// What a backend can do (logged at start and documented in docs/guestlink-session.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendFeatures {
+    /// Host ↔ guest clipboard.
+    pub clipboard: bool,
+    /// PRIMARY in addition to CLIPBOARD.
+    pub primary: bool,
+    /// Arbitrary resolutions from a monitors config.
+    pub resize: bool,
+}
+
+/// The interface every desktop backend implements. All calls are non-blocking requests.
+pub trait DesktopBackend: std::fmt::Debug + Send {
+    /// Short name for logs ("x11", "none").
+    fn name(&self) -> &'static str;
+    /// Supported features.
+    fn features(&self) -> BackendFeatures;
+    /// The host owns `selection` with `types`: take the guest selection on its behalf.
+    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>);
+    /// The host wants the guest's `selection` as `data_type`: answer with [`BackendEvent::ClipboardData`].
+    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType);
+    /// The host's answer to a [`BackendEvent::ClipboardRequest`].
+    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>);
+    /// The host released `selection`: drop the guest selection if it is still held for the host.
+    fn clipboard_release(&self, selection: Selection);
+    /// Drops every selection held for the host (client or daemon gone).
+    fn release_host_selections(&self);
+    /// The largest clipboard payload to read from guest applications (`None` = backend default).
+    fn set_max_clipboard(&self, max: Option<usize>);
+    /// Applies a monitors config (indexed by display id, w = h = 0 disabled); the result comes back as
+    /// [`BackendEvent::Geometry`].
+    fn apply_monitors(&self, flags: u32, monitors: Vec<SessionMonitor>);
+    /// Reports the current geometry ([`BackendEvent::Geometry`]) and re-announces guest-owned selections
+    /// (after a reconnect to the daemon).
+    fn resync(&self);
+}
+
+/// Events channel a backend reports on.
+pub type EventSender = UnboundedSender<BackendEvent>;
+
+/// Picks the backend from the environment and starts it. Logs what was chosen and why.
+pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
+    let display = std::env::var_os("DISPLAY").filter(|d| !d.is_empty());
+    let wayland = std::env::var_os("WAYLAND_DISPLAY").filter(|d| !d.is_empty());
+    match (display, wayland) {
+        (Some(d), wayland) => {
+            let why = if wayland.is_some() {
+                "DISPLAY is set (Xwayland; no native Wayland backend yet)"
+            } else {
+                "DISPLAY is set"
+            };
+            match x11::X11Backend::start(events.clone()) {
+                Ok(b) => {
+                    tracing::info!(display = ?d, "backend x11: {why}");
+                    return Box::new(b);
+                }
+                Err(e) => tracing::error!(display = ?d, "backend x11 failed to start: {e:#}"),
+            }
+        }
+        (None, Some(w)) => tracing::warn!(
+            wayland = ?w,
+            "WAYLAND_DISPLAY without DISPLAY: no Wayland backend yet; clipboard and resize disabled"
+        ),
+        (None, None) => {
+            tracing::warn!(
+                "neither DISPLAY nor WAYLAND_DISPLAY is set; clipboard and resize disabled"
+            )
+        }
+    }
+    tracing::info!("backend none: file transfers only");
+    Box::new(null::NullBackend::new(events))
+}

@@ -1,0 +1,289 @@
+//! The connection to guestlinkd's session socket: frames of `guestlink_protocol::session`, dispatched to the
+//! desktop backend and the file receiver; reconnects with exponential backoff (0.2 s … 10 s) when the socket
+//! goes away. Writes go through a dedicated task so a large outgoing frame never stops reading.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION};
+use guestlink_protocol::vdagent::ClipboardType;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+use crate::backend::{BackendEvent, DesktopBackend};
+use crate::files::FileReceiver;
+
+/// Shortest and longest wait between connection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Why a daemon connection ended.
+enum End {
+    /// The daemon went away (EOF, I/O or fatal framing error).
+    Lost(String),
+    /// The backend stopped: the agent exits.
+    Fatal(String),
+}
+
+/// The agent: one backend, one file receiver, a daemon connection at a time.
+#[derive(Debug)]
+pub struct Agent {
+    socket: PathBuf,
+    backend: Box<dyn DesktopBackend>,
+    events: mpsc::UnboundedReceiver<BackendEvent>,
+    files: FileReceiver,
+}
+
+fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
+    Some(match ev {
+        BackendEvent::ClipboardGrab { selection, types } => {
+            SessionMessage::ClipboardGrab { selection, types }
+        }
+        BackendEvent::ClipboardRequest {
+            selection,
+            data_type,
+        } => SessionMessage::ClipboardRequest {
+            selection,
+            data_type,
+        },
+        BackendEvent::ClipboardData {
+            selection,
+            data_type,
+            data,
+        } => SessionMessage::ClipboardData {
+            selection,
+            data_type,
+            data,
+        },
+        BackendEvent::ClipboardRelease { selection } => {
+            SessionMessage::ClipboardRelease { selection }
+        }
+        BackendEvent::Geometry(monitors) => SessionMessage::Geometry { monitors },
+        BackendEvent::Fatal(_) => return None,
+    })
+}
+
+fn frame(msg: &SessionMessage) -> Option<Vec<u8>> {
+    match encode(msg) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!(kind = msg.kind(), "cannot encode a frame: {e}");
+            // A clipboard answer that does not fit still gets an (empty) answer.
+            if let SessionMessage::ClipboardData { selection, .. } = msg {
+                encode(&SessionMessage::ClipboardData {
+                    selection: *selection,
+                    data_type: ClipboardType::None,
+                    data: Vec::new(),
+                })
+                .ok()
+            } else {
+                None
+            }
+        }
+    }
+}
+
+impl Agent {
+    /// An agent talking to `socket`.
+    pub fn new(
+        socket: PathBuf,
+        backend: Box<dyn DesktopBackend>,
+        events: mpsc::UnboundedReceiver<BackendEvent>,
+        files: FileReceiver,
+    ) -> Self {
+        Self {
+            socket,
+            backend,
+            events,
+            files,
+        }
+    }
+
+    /// Runs until the backend fails (an error) — connection losses are retried forever.
+    pub async fn run(&mut self) -> Result<()> {
+        let mut backoff = BACKOFF_MIN;
+        let mut warned = false;
+        loop {
+            match UnixStream::connect(&self.socket).await {
+                Ok(stream) => {
+                    tracing::info!(socket = %self.socket.display(), "connected to guestlinkd");
+                    warned = false;
+                    backoff = BACKOFF_MIN;
+                    let end = self.session(stream).await;
+                    self.files.abort_all();
+                    self.backend.release_host_selections();
+                    match end {
+                        End::Fatal(e) => bail!("backend stopped: {e}"),
+                        End::Lost(why) => tracing::warn!("guestlinkd connection lost: {why}"),
+                    }
+                }
+                Err(e) if !warned => {
+                    tracing::warn!(socket = %self.socket.display(), "cannot connect to guestlinkd: {e}; retrying");
+                    warned = true;
+                }
+                Err(e) => tracing::debug!("connect: {e}"),
+            }
+            // Wait, but keep draining backend events (a fatal one ends the agent).
+            let sleep = tokio::time::sleep(backoff);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    ev = self.events.recv() => match ev {
+                        None => bail!("backend gone"),
+                        Some(BackendEvent::Fatal(e)) => bail!("backend stopped: {e}"),
+                        Some(BackendEvent::ClipboardRequest { selection, .. }) => {
+                            // No host: refuse the paste right away.
+                            self.backend.clipboard_data(selection, ClipboardType::None, Vec::new());
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    async fn session(&mut self, stream: UnixStream) -> End {
+        let (mut rd, mut wr) = stream.into_split();
+        let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
+        let mut writer = tokio::spawn(async move {
+            while let Some(buf) = out_rx.recv().await {
+                wr.write_all(&buf).await?;
+            }
+            Ok::<(), std::io::Error>(())
+        });
+        let hello = SessionMessage::Hello {
+            version: SESSION_PROTOCOL_VERSION,
+            session_id: std::env::var("XDG_SESSION_ID").unwrap_or_default(),
+            capabilities: self.capabilities(),
+        };
+        if let Some(f) = frame(&hello) {
+            let _ = out.send(f).await;
+        }
+        self.backend.resync();
+        let mut decoder = FrameDecoder::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let end = loop {
+            tokio::select! {
+                r = rd.read(&mut buf) => {
+                    let n = match r {
+                        Ok(0) => break End::Lost("end of stream".into()),
+                        Ok(n) => n,
+                        Err(e) => break End::Lost(e.to_string()),
+                    };
+                    for m in decoder.feed(&buf[..n]) {
+                        match m {
+                            Ok(msg) => {
+                                for reply in self.handle(msg) {
+                                    if let Some(f) = frame(&reply) {
+                                        let _ = out.send(f).await;
+                                    }
+                                }
+                            }
+                            Err(e) => tracing::warn!("bad frame from guestlinkd: {e}"),
+                        }
+                    }
+                    if decoder.is_poisoned() {
+                        break End::Lost("framing error".into());
+                    }
+                }
+                ev = self.events.recv() => {
+                    let Some(ev) = ev else { break End::Fatal("backend gone".into()) };
+                    if let BackendEvent::Fatal(e) = ev {
+                        break End::Fatal(e);
+                    }
+                    if let Some(f) = to_message(ev).as_ref().and_then(frame) {
+                        if out.send(f).await.is_err() {
+                            break End::Lost("writer stopped".into());
+                        }
+                    }
+                }
+                r = &mut writer => {
+                    break End::Lost(match r {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "writer stopped".into(),
+                    });
+                }
+            }
+        };
+        writer.abort();
+        end
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        let f = self.backend.features();
+        let mut caps = vec!["file-xfer".to_owned()];
+        if f.clipboard {
+            caps.push("clipboard".into());
+        }
+        if f.primary {
+            caps.push("clipboard-primary".into());
+        }
+        if f.resize {
+            caps.push("monitors-config".into());
+        }
+        caps
+    }
+
+    /// One daemon message; returns the frames to send back.
+    fn handle(&mut self, msg: SessionMessage) -> Vec<SessionMessage> {
+        let b = &self.backend;
+        match msg {
+            SessionMessage::Hello {
+                version,
+                session_id,
+                ..
+            } => {
+                if version != SESSION_PROTOCOL_VERSION {
+                    tracing::warn!(
+                        version,
+                        "guestlinkd speaks another session protocol version"
+                    );
+                }
+                tracing::info!(session_id, "guestlinkd hello");
+            }
+            SessionMessage::ClipboardGrab { selection, types } => {
+                b.clipboard_grab(selection, types)
+            }
+            SessionMessage::ClipboardRequest {
+                selection,
+                data_type,
+            } => b.clipboard_request(selection, data_type),
+            SessionMessage::ClipboardData {
+                selection,
+                data_type,
+                data,
+            } => b.clipboard_data(selection, data_type, data),
+            SessionMessage::ClipboardRelease { selection } => b.clipboard_release(selection),
+            SessionMessage::MonitorsConfig { flags, monitors } => b.apply_monitors(flags, monitors),
+            SessionMessage::MaxClipboard { max } => {
+                b.set_max_clipboard(usize::try_from(max).ok());
+            }
+            SessionMessage::ClientDisconnected => {
+                tracing::info!("SPICE client disconnected");
+                b.release_host_selections();
+                self.files.abort_all();
+            }
+            SessionMessage::ClientConnected => tracing::info!("SPICE client connected"),
+            SessionMessage::FileXferStart { id, name, size } => {
+                return vec![self.files.start(id, &name, size)];
+            }
+            SessionMessage::FileXferData { id, data } => {
+                return self.files.data(id, &data).into_iter().collect();
+            }
+            SessionMessage::FileXferCancel { id } => self.files.cancel(id),
+            SessionMessage::FileXferDisable => {
+                tracing::info!("file transfer disabled for this session");
+                self.files.disable();
+            }
+            SessionMessage::Error { code, message } => {
+                tracing::warn!(code, "guestlinkd error: {message}");
+            }
+            other => tracing::debug!(kind = other.kind(), "ignored message"),
+        }
+        Vec::new()
+    }
+}

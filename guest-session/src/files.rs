@@ -1,0 +1,368 @@
+//! Received files: host → guest transfers saved in the download directory.
+//!
+//! Every file is written under a hidden temporary name (`.<name>.<id>.guestlink-partial`), created with
+//! `openat(dirfd, O_CREAT|O_EXCL|O_NOFOLLOW)` directly under the directory fd, so a transfer can neither escape the
+//! directory (names are one validated path component) nor follow a planted symlink. Only a complete transfer is
+//! renamed to its final name, with `renameat2(RENAME_NOREPLACE)`; a taken name becomes `name (1).ext`,
+//! `name (2).ext`, …. Cancel, error or a lost daemon unlink the temporary file, so no partial file ever appears
+//! under its final name.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use guestlink_protocol::session::SessionMessage;
+use guestlink_protocol::vdagent::file_xfer::G_IO_ERROR_INVALID_FILENAME;
+use guestlink_protocol::vdagent::{validate_file_name, FileXferResult};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat2, OFlag, RenameFlags};
+use nix::sys::stat::Mode;
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+/// Most simultaneously active transfers (spice-vdagentd's limit).
+pub const MAX_ACTIVE_TRANSFERS: usize = 128;
+/// Highest conflict suffix tried (`name (N).ext`).
+const MAX_CONFLICT_INDEX: u32 = 999;
+/// `G_IO_ERROR_FAILED`.
+const G_IO_ERROR_FAILED: u32 = 0;
+/// `G_IO_ERROR_NO_SPACE`.
+const G_IO_ERROR_NO_SPACE: u32 = 12;
+/// `G_IO_ERROR_EXISTS`.
+const G_IO_ERROR_EXISTS: u32 = 2;
+/// `G_IO_ERROR_TOO_MANY_OPEN_FILES`.
+const G_IO_ERROR_TOO_MANY_OPEN_FILES: u32 = 31;
+
+struct Transfer {
+    name: String,
+    temp_name: String,
+    size: u64,
+    received: u64,
+    file: File,
+    dir: OwnedFd,
+}
+
+/// The state of all active transfers of one daemon connection.
+pub struct FileReceiver {
+    dir: Option<PathBuf>,
+    disabled: bool,
+    active: HashMap<u32, Transfer>,
+}
+
+impl std::fmt::Debug for FileReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileReceiver")
+            .field("dir", &self.dir)
+            .field("disabled", &self.disabled)
+            .field("active", &self.active.len())
+            .finish()
+    }
+}
+
+fn status(id: u32, result: FileXferResult) -> SessionMessage {
+    SessionMessage::FileXferStatus {
+        id,
+        status: result.as_u32(),
+        disk_free_space: None,
+        error_code: None,
+    }
+}
+
+fn error(id: u32, code: u32) -> SessionMessage {
+    SessionMessage::FileXferStatus {
+        id,
+        status: FileXferResult::Error.as_u32(),
+        disk_free_space: None,
+        error_code: Some(code),
+    }
+}
+
+fn io_code(e: Errno) -> u32 {
+    match e {
+        Errno::ENOSPC | Errno::EDQUOT => G_IO_ERROR_NO_SPACE,
+        Errno::EEXIST => G_IO_ERROR_EXISTS,
+        Errno::EMFILE | Errno::ENFILE => G_IO_ERROR_TOO_MANY_OPEN_FILES,
+        _ => G_IO_ERROR_FAILED,
+    }
+}
+
+/// `name (n).ext` for `name.ext` (the extension is the part after the last dot, unless the name starts with it).
+pub fn conflict_name(name: &str, n: u32) -> String {
+    match name.rfind('.') {
+        Some(dot) if dot > 0 => format!("{} ({n}){}", &name[..dot], &name[dot..]),
+        _ => format!("{name} ({n})"),
+    }
+}
+
+fn temp_name(name: &str, id: u32) -> String {
+    // Keep the temporary name within NAME_MAX: cut the original name at a char boundary.
+    let mut cut = name.len().min(200);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(".{}.{id}.guestlink-partial", &name[..cut])
+}
+
+impl FileReceiver {
+    /// Transfers are saved in `dir` (`None`: no download directory, transfers are answered DISABLED).
+    pub fn new(dir: Option<PathBuf>) -> Self {
+        Self {
+            dir,
+            disabled: false,
+            active: HashMap::new(),
+        }
+    }
+
+    /// The daemon said file transfer is not allowed for this session.
+    pub fn disable(&mut self) {
+        self.disabled = true;
+        self.abort_all();
+    }
+
+    fn open_dir(dir: &Path) -> Result<OwnedFd, Errno> {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            tracing::warn!(dir = %dir.display(), "cannot create the download directory: {e}");
+        }
+        nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
+    /// FILE_XFER_START: validates, checks the free space, creates the temporary file. Returns the status to send.
+    pub fn start(&mut self, id: u32, name: &str, size: u64) -> SessionMessage {
+        let Some(dir) = self.dir.as_deref().filter(|_| !self.disabled) else {
+            return status(id, FileXferResult::Disabled);
+        };
+        if self.active.contains_key(&id) {
+            tracing::warn!(id, "file transfer id already active");
+            return error(id, G_IO_ERROR_EXISTS);
+        }
+        if self.active.len() >= MAX_ACTIVE_TRANSFERS {
+            return error(id, G_IO_ERROR_TOO_MANY_OPEN_FILES);
+        }
+        if let Err(e) = validate_file_name(name) {
+            tracing::warn!(id, ?name, "file transfer refused: {e}");
+            return error(id, G_IO_ERROR_INVALID_FILENAME);
+        }
+        let dir_fd = match Self::open_dir(dir) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "cannot open the download directory: {e}");
+                return error(id, io_code(e));
+            }
+        };
+        match nix::sys::statvfs::fstatvfs(&dir_fd) {
+            Ok(st) => {
+                let free = u64::from(st.blocks_available()).saturating_mul(st.fragment_size());
+                if size > free {
+                    tracing::warn!(id, size, free, "not enough space for a received file");
+                    return SessionMessage::FileXferStatus {
+                        id,
+                        status: FileXferResult::NotEnoughSpace.as_u32(),
+                        disk_free_space: Some(free),
+                        error_code: None,
+                    };
+                }
+            }
+            Err(e) => tracing::warn!("statvfs on the download directory: {e}"),
+        }
+        let temp = temp_name(name, id);
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = match openat(
+            &dir_fd,
+            temp.as_str(),
+            flags,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!(id, temp, "cannot create the temporary file: {e}");
+                return error(id, io_code(e));
+            }
+        };
+        tracing::info!(id, name, size, dir = %dir.display(), "receiving a file");
+        self.active.insert(
+            id,
+            Transfer {
+                name: name.to_owned(),
+                temp_name: temp,
+                size,
+                received: 0,
+                file: File::from(fd),
+                dir: dir_fd,
+            },
+        );
+        status(id, FileXferResult::CanSendData)
+    }
+
+    /// FILE_XFER_DATA: appends; returns a final status when the transfer completed or failed (a zero-size file
+    /// completes with its one empty DATA, as spice-gtk sends it).
+    pub fn data(&mut self, id: u32, data: &[u8]) -> Option<SessionMessage> {
+        let t = self.active.get_mut(&id)?;
+        let new_total = t.received.saturating_add(data.len() as u64);
+        if new_total > t.size {
+            tracing::warn!(id, "more file data than announced");
+            self.abort(id);
+            return Some(error(id, G_IO_ERROR_FAILED));
+        }
+        if let Err(e) = t.file.write_all(data) {
+            tracing::warn!(id, "writing a received file: {e}");
+            let code = e
+                .raw_os_error()
+                .map(|c| io_code(Errno::from_raw(c)))
+                .unwrap_or(G_IO_ERROR_FAILED);
+            self.abort(id);
+            return Some(error(id, code));
+        }
+        t.received = new_total;
+        if t.received == t.size {
+            return self.finish(id);
+        }
+        None
+    }
+
+    /// The host cancelled: the temporary file is removed.
+    pub fn cancel(&mut self, id: u32) {
+        if self.active.contains_key(&id) {
+            tracing::info!(id, "file transfer cancelled");
+            self.abort(id);
+        }
+    }
+
+    /// Drops every transfer (daemon gone, client disconnected).
+    pub fn abort_all(&mut self) {
+        let ids: Vec<u32> = self.active.keys().copied().collect();
+        for id in ids {
+            self.abort(id);
+        }
+    }
+
+    fn abort(&mut self, id: u32) {
+        if let Some(t) = self.active.remove(&id) {
+            drop(t.file);
+            if let Err(e) = unlinkat(&t.dir, t.temp_name.as_str(), UnlinkatFlags::NoRemoveDir) {
+                tracing::warn!(id, temp = t.temp_name, "removing a partial file: {e}");
+            }
+        }
+    }
+
+    fn finish(&mut self, id: u32) -> Option<SessionMessage> {
+        let t = self.active.remove(&id)?;
+        if let Err(e) = t.file.sync_all() {
+            tracing::warn!(id, "fsync of a received file: {e}");
+        }
+        drop(t.file);
+        let mut n = 0;
+        loop {
+            let candidate = if n == 0 {
+                t.name.clone()
+            } else {
+                conflict_name(&t.name, n)
+            };
+            match renameat2(
+                &t.dir,
+                t.temp_name.as_str(),
+                &t.dir,
+                candidate.as_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) => {
+                    tracing::info!(id, name = candidate, size = t.size, "file received");
+                    return Some(status(id, FileXferResult::Success));
+                }
+                Err(Errno::EEXIST) if n < MAX_CONFLICT_INDEX => n += 1,
+                Err(Errno::ENAMETOOLONG) if n > 0 => break,
+                Err(e) => {
+                    tracing::warn!(id, name = candidate, "renaming a received file: {e}");
+                    let _ = unlinkat(
+                        t.dir.as_fd(),
+                        t.temp_name.as_str(),
+                        UnlinkatFlags::NoRemoveDir,
+                    );
+                    return Some(error(id, io_code(e)));
+                }
+            }
+        }
+        let _ = unlinkat(&t.dir, t.temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
+        Some(error(id, G_IO_ERROR_EXISTS))
+    }
+}
+
+impl Drop for FileReceiver {
+    fn drop(&mut self) {
+        self.abort_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(m: &SessionMessage) -> (u32, Option<u64>, Option<u32>) {
+        match m {
+            SessionMessage::FileXferStatus {
+                status,
+                disk_free_space,
+                error_code,
+                ..
+            } => (*status, *disk_free_space, *error_code),
+            other => panic!("not a status: {other:?}"),
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn conflict_names() {
+        assert_eq!(conflict_name("a.txt", 1), "a (1).txt");
+        assert_eq!(conflict_name("a.tar.gz", 2), "a.tar (2).gz");
+        assert_eq!(conflict_name(".hidden", 1), ".hidden (1)");
+        assert_eq!(conflict_name("noext", 3), "noext (3)");
+    }
+
+    #[test]
+    fn receive_conflict_cancel_and_traversal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = FileReceiver::new(Some(dir.path().to_owned()));
+        assert_eq!(code(&r.start(1, "a.txt", 5)).0, 0);
+        assert!(r.data(1, b"he").is_none());
+        assert_eq!(names(dir.path()), vec![".a.txt.1.guestlink-partial"]);
+        assert_eq!(code(&r.data(1, b"llo").unwrap()).0, 3);
+        assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"hello");
+        assert_eq!(code(&r.start(2, "a.txt", 1)).0, 0);
+        assert_eq!(code(&r.data(2, b"x").unwrap()).0, 3);
+        assert_eq!(std::fs::read(dir.path().join("a (1).txt")).unwrap(), b"x");
+        assert_eq!(code(&r.start(3, "../evil", 1)), (2, None, Some(10)));
+        assert_eq!(code(&r.start(4, "c.bin", 10)).0, 0);
+        r.data(4, b"abc");
+        r.cancel(4);
+        assert_eq!(names(dir.path()), vec!["a (1).txt", "a.txt"]);
+        assert_eq!(code(&r.start(5, "big", u64::MAX)).0, 4);
+        assert_eq!(code(&r.start(6, "over", 1)).0, 0);
+        assert_eq!(code(&r.data(6, b"xy").unwrap()).0, 2);
+        assert_eq!(code(&r.start(7, "empty", 0)).0, 0);
+        assert_eq!(code(&r.data(7, b"").unwrap()).0, 3);
+        assert_eq!(names(dir.path()), vec!["a (1).txt", "a.txt", "empty"]);
+    }
+
+    #[test]
+    fn symlink_temp_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::os::unix::fs::symlink(&target, dir.path().join(".x.9.guestlink-partial")).unwrap();
+        let mut r = FileReceiver::new(Some(dir.path().to_owned()));
+        assert_eq!(code(&r.start(9, "x", 1)).0, 2);
+        assert!(!target.exists());
+    }
+}
