@@ -27,6 +27,14 @@ pub struct Cli {
     /// Seconds to wait for the agent to answer the initial guest-sync-delimited.
     #[arg(long, global = true, value_name = "SECS", default_value_t = 5.0)]
     pub connect_timeout: f64,
+    /// SPICE commands: the guest's com.redhat.spice.0 port (a QEMU chardev unix socket, or a character device).
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "GUESTLINK_SPICE_SOCKET"
+    )]
+    pub spice_socket: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,
@@ -85,6 +93,9 @@ pub enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// SPICE agent commands (clipboard, resize, send-file, spice-state).
+    #[command(flatten)]
+    Spice(guestlink_host::spice::cli::SpiceCmd),
 }
 
 /// `exec` arguments.

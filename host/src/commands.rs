@@ -166,7 +166,7 @@ pub fn run(cli: &Cli, out: &mut dyn Write) -> Result<i32> {
             writeln!(out, "{pretty}")?;
             i32::from(reply.get("error").is_some())
         }
-        Cmd::Man | Cmd::Completions { .. } => 0,
+        Cmd::Man | Cmd::Completions { .. } | Cmd::Spice(_) => 0,
     };
     s.end_batch();
     Ok(code)

@@ -9,6 +9,7 @@ pub mod file;
 pub mod host_cmd;
 pub mod quiesce;
 pub mod session;
+pub mod spice;
 pub mod target;
 pub mod transport;
 

@@ -39,11 +39,38 @@ fn init_tracing(verbose: u8) {
 
 /// The exit status for an error, by its root kind.
 fn exit_for(err: &anyhow::Error) -> u8 {
+    use guestlink_host::spice::SpiceError;
+    match err.chain().find_map(|e| e.downcast_ref::<SpiceError>()) {
+        Some(SpiceError::NoAgent { .. } | SpiceError::Open { .. } | SpiceError::NoPath) => {
+            return EXIT_UNAVAILABLE
+        }
+        Some(SpiceError::Timeout { .. }) => return EXIT_TIMEOUT,
+        _ => {}
+    }
     match err.chain().find_map(|e| e.downcast_ref::<Error>()) {
         Some(Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. }) => EXIT_UNAVAILABLE,
         Some(Error::Timeout { .. }) => EXIT_TIMEOUT,
         _ => EXIT_FAILURE,
     }
+}
+
+/// Runs a SPICE subcommand (`--spice-socket`); the timeouts default to 5 s for the handshake, 30 s for replies.
+fn spice_command(
+    cli: &Cli,
+    cmd: &guestlink_host::spice::cli::SpiceCmd,
+    out: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    use std::time::Duration;
+    let secs =
+        |s: f64| Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("invalid timeout {s}"));
+    let common = guestlink_host::spice::cli::Common {
+        path: cli.spice_socket.as_deref(),
+        json: cli.json,
+        quiet: cli.quiet,
+        connect_timeout: secs(cli.connect_timeout)?,
+        timeout: secs(cli.agent_timeout.unwrap_or(30.0))?,
+    };
+    Ok(guestlink_host::spice::cli::run(cmd, common, out)?)
 }
 
 fn main() -> ExitCode {
@@ -64,6 +91,7 @@ fn main() -> ExitCode {
                 .map(|()| 0)
                 .map_err(anyhow::Error::from)
         }
+        Cmd::Spice(cmd) => spice_command(&cli, cmd, &mut stdout),
         _ => commands::run(&cli, &mut stdout),
     };
     let _ = stdout.flush();

@@ -1,0 +1,452 @@
+//! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::vdagent::display::MONITORS_FLAG_USE_POS;
+use guestlink_protocol::vdagent::file_xfer::{
+    G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
+};
+use guestlink_protocol::vdagent::{
+    ClipboardType, FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus,
+    Message, MessageType, MonitorConfig, MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
+};
+
+use super::{SpiceError, SpiceLink};
+
+/// Bytes per FILE_XFER_DATA message (spice-gtk's `FILE_XFER_CHUNK_SIZE`).
+pub const FILE_CHUNK: usize = 64 * 1024;
+
+/// A display selection name.
+pub fn selection_name(s: Selection) -> String {
+    match s {
+        Selection::Clipboard => "clipboard".into(),
+        Selection::Primary => "primary".into(),
+        Selection::Secondary => "secondary".into(),
+        Selection::Other(n) => format!("selection {n}"),
+    }
+}
+
+/// A clipboard type's short name.
+pub fn type_name(t: ClipboardType) -> String {
+    match t {
+        ClipboardType::None => "none".into(),
+        ClipboardType::Utf8Text => "text".into(),
+        ClipboardType::ImagePng => "png".into(),
+        ClipboardType::ImageBmp => "bmp".into(),
+        ClipboardType::ImageTiff => "tiff".into(),
+        ClipboardType::ImageJpg => "jpg".into(),
+        ClipboardType::FileList => "file-list".into(),
+        ClipboardType::Other(n) => format!("type {n}"),
+    }
+}
+
+/// Requests the guest's `selection` as `wanted`; returns the type and bytes it answered with.
+pub fn clipboard_get(
+    link: &mut SpiceLink,
+    selection: Selection,
+    wanted: ClipboardType,
+    timeout: Duration,
+) -> Result<Vec<u8>, SpiceError> {
+    link.send(
+        Port::Client,
+        &Message::ClipboardRequest {
+            selection,
+            data_type: wanted,
+        },
+    )?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let Some((_, msg)) = link.recv_until(deadline)? else {
+            return Err(SpiceError::Timeout {
+                what: "clipboard request",
+                timeout,
+            });
+        };
+        match msg {
+            Message::Clipboard {
+                selection: s,
+                data_type,
+                data,
+            } if s == selection => {
+                if data_type == ClipboardType::None || (data.is_empty() && data_type != wanted) {
+                    return Err(SpiceError::ClipboardEmpty {
+                        selection: selection_name(selection),
+                        wanted: type_name(wanted),
+                    });
+                }
+                return Ok(data);
+            }
+            Message::ClipboardGrab {
+                selection: s,
+                serial,
+                ..
+            } => {
+                if let Some(serial) = serial {
+                    link.serials.accept(s, serial, SerialRule::Client);
+                }
+            }
+            other => tracing::debug!(
+                "ignoring {:?} while waiting for clipboard data",
+                other.message_type()
+            ),
+        }
+    }
+}
+
+/// How long `clipboard set` serves the guest's paste requests.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeLimits {
+    /// Stop after answering this many requests (0 = no limit).
+    pub loops: u32,
+    /// Stop after this long (`None` = until the guest takes the selection over).
+    pub timeout: Option<Duration>,
+}
+
+/// What happened while serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeReport {
+    /// Requests answered.
+    pub requests: u32,
+    /// The guest took the selection over (a guest-side copy).
+    pub taken_over: bool,
+}
+
+/// Takes `selection` with `data` of type `kind` (GRAB) and answers the guest's requests until a limit, the
+/// guest grabbing the selection itself, or the port closing; then releases the selection.
+pub fn clipboard_set(
+    link: &mut SpiceLink,
+    selection: Selection,
+    kind: ClipboardType,
+    data: &[u8],
+    limits: ServeLimits,
+) -> Result<ServeReport, SpiceError> {
+    let serial = link
+        .wire()
+        .grab_serial
+        .then(|| link.serials.next_outgoing(selection));
+    link.send(
+        Port::Client,
+        &Message::ClipboardGrab {
+            selection,
+            serial,
+            types: vec![kind],
+        },
+    )?;
+    let mut report = ServeReport {
+        requests: 0,
+        taken_over: false,
+    };
+    let end = limits.timeout.map(|t| Instant::now() + t);
+    loop {
+        if limits.loops > 0 && report.requests >= limits.loops {
+            break;
+        }
+        let deadline = end.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let msg = match link.recv_until(deadline) {
+            Ok(Some((_, m))) => m,
+            Ok(None) if end.is_some() => break,
+            Ok(None) => continue,
+            Err(SpiceError::Closed) => return Ok(report),
+            Err(e) => return Err(e),
+        };
+        match msg {
+            Message::ClipboardRequest {
+                selection: s,
+                data_type,
+            } if s == selection => {
+                let answer = if data_type == kind {
+                    Message::Clipboard {
+                        selection,
+                        data_type,
+                        data: data.to_vec(),
+                    }
+                } else {
+                    Message::Clipboard {
+                        selection,
+                        data_type: ClipboardType::None,
+                        data: Vec::new(),
+                    }
+                };
+                link.send(Port::Client, &answer)?;
+                report.requests += 1;
+            }
+            Message::ClipboardGrab {
+                selection: s,
+                serial,
+                ..
+            } if s == selection => {
+                let ok = serial.is_none_or(|n| link.serials.accept(s, n, SerialRule::Client));
+                if ok {
+                    report.taken_over = true;
+                    return Ok(report);
+                }
+            }
+            _ => {}
+        }
+    }
+    link.send(Port::Client, &Message::ClipboardRelease { selection })?;
+    Ok(report)
+}
+
+/// One monitor of a resize request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MonitorSpec {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// Position, if given.
+    pub pos: Option<(i32, i32)>,
+}
+
+/// Parses `WxH[+X+Y][,WxH[+X+Y]…]`.
+pub fn parse_monitors(spec: &str) -> Result<Vec<MonitorSpec>, SpiceError> {
+    let bad = || {
+        SpiceError::Usage(format!(
+            "invalid monitor layout '{spec}': expected WxH[+X+Y][,…]"
+        ))
+    };
+    spec.split(',')
+        .map(|one| {
+            let (size, pos) = match one.find('+') {
+                Some(i) => (&one[..i], Some(&one[i + 1..])),
+                None => (one, None),
+            };
+            let (w, h) = size.split_once('x').ok_or_else(bad)?;
+            let pos = match pos {
+                Some(p) => {
+                    let (x, y) = p.split_once('+').ok_or_else(bad)?;
+                    Some((x.parse().map_err(|_| bad())?, y.parse().map_err(|_| bad())?))
+                }
+                None => None,
+            };
+            let m = MonitorSpec {
+                width: w.parse().map_err(|_| bad())?,
+                height: h.parse().map_err(|_| bad())?,
+                pos,
+            };
+            if m.width == 0 || m.height == 0 || m.width > 16384 || m.height > 16384 {
+                return Err(bad());
+            }
+            Ok(m)
+        })
+        .collect()
+}
+
+/// Sends MONITORS_CONFIG (without PHYSICAL_SIZE: spice-vdagent 0.22 rejects it) and waits for the REPLY.
+pub fn resize(
+    link: &mut SpiceLink,
+    monitors: &[MonitorSpec],
+    timeout: Duration,
+) -> Result<(), SpiceError> {
+    let use_pos = monitors.iter().any(|m| m.pos.is_some());
+    let mut x = 0;
+    let config = MonitorsConfig {
+        flags: if use_pos { MONITORS_FLAG_USE_POS } else { 0 },
+        monitors: monitors
+            .iter()
+            .map(|m| {
+                let (mx, my) = m.pos.unwrap_or((x, 0));
+                x = mx.saturating_add(m.width as i32);
+                MonitorConfig {
+                    height: m.height,
+                    width: m.width,
+                    depth: 32,
+                    x: mx,
+                    y: my,
+                }
+            })
+            .collect(),
+        physical_sizes: None,
+    };
+    link.send(Port::Client, &Message::MonitorsConfig(config))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match link.recv_until(deadline)? {
+            Some((
+                _,
+                Message::Reply {
+                    message_type,
+                    result,
+                },
+            )) if message_type == MessageType::MonitorsConfig.as_u32() => {
+                return match result {
+                    ReplyResult::Success => Ok(()),
+                    _ => Err(SpiceError::ResizeRefused),
+                };
+            }
+            Some(_) => {}
+            None => {
+                return Err(SpiceError::Timeout {
+                    what: "monitor configuration",
+                    timeout,
+                })
+            }
+        }
+    }
+}
+
+/// Text for a failed transfer status.
+pub fn status_text(st: &FileXferStatus) -> String {
+    match (st.result, &st.detail) {
+        (FileXferResult::Cancelled, _) => "the guest cancelled the transfer".into(),
+        (FileXferResult::Error, FileXferDetail::Error { error_code, .. })
+            if *error_code == G_IO_ERROR_INVALID_FILENAME =>
+        {
+            "the guest refused the file name".into()
+        }
+        (FileXferResult::Error, FileXferDetail::Error { error_code, .. })
+            if *error_code == G_IO_ERROR_TOO_MANY_OPEN_FILES =>
+        {
+            "too many transfers in progress in the guest".into()
+        }
+        (FileXferResult::Error, FileXferDetail::Error { error_code, .. }) => {
+            format!("the guest failed to save the file (GIOError {error_code})")
+        }
+        (FileXferResult::Error, _) => "the guest failed to save the file".into(),
+        (FileXferResult::NotEnoughSpace, FileXferDetail::NotEnoughSpace { disk_free_space }) => {
+            format!("not enough space in the guest ({disk_free_space} bytes free)")
+        }
+        (FileXferResult::NotEnoughSpace, _) => "not enough space in the guest".into(),
+        (FileXferResult::SessionLocked, _) => "the guest session is locked".into(),
+        (FileXferResult::VdagentNotConnected, _) => {
+            "no desktop session agent runs in the guest".into()
+        }
+        (FileXferResult::Disabled, _) => "file transfer is disabled in the guest".into(),
+        (other, _) => format!("unexpected transfer status {}", other.as_u32()),
+    }
+}
+
+fn wait_status(
+    link: &mut SpiceLink,
+    id: u32,
+    deadline: Instant,
+    what: &'static str,
+    timeout: Duration,
+) -> Result<FileXferStatus, SpiceError> {
+    loop {
+        match link.recv_until(deadline)? {
+            Some((_, Message::FileXferStatus(st))) if st.id == id => return Ok(st),
+            Some(_) => {}
+            None => return Err(SpiceError::Timeout { what, timeout }),
+        }
+    }
+}
+
+/// Sends one file (START, wait CAN_SEND_DATA, 64 KiB DATA messages, wait SUCCESS); `progress(sent, total)`.
+pub fn send_file(
+    link: &mut SpiceLink,
+    path: &Path,
+    id: u32,
+    timeout: Duration,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<u64, SpiceError> {
+    let local = |what, source| SpiceError::Local {
+        what,
+        path: path.into(),
+        source,
+    };
+    let mut file = File::open(path).map_err(|e| local("cannot open", e))?;
+    let size = file.metadata().map_err(|e| local("cannot stat", e))?.len();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| SpiceError::Usage(format!("{} has no file name", path.display())))?;
+    let fail = |st: &FileXferStatus| SpiceError::Transfer {
+        name: name.clone(),
+        reason: status_text(st),
+    };
+    link.send(
+        Port::Client,
+        &Message::FileXferStart(FileXferStart {
+            id,
+            name: name.clone(),
+            size,
+            file_xfer_nr: None,
+            file_xfer_total: None,
+        }),
+    )?;
+    let st = wait_status(
+        link,
+        id,
+        Instant::now() + timeout,
+        "file transfer start",
+        timeout,
+    )?;
+    if st.result != FileXferResult::CanSendData {
+        return Err(fail(&st));
+    }
+    let mut sent = 0u64;
+    let mut buf = vec![0u8; FILE_CHUNK];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| local("cannot read", e))?;
+        // A zero-length file still gets one empty DATA message (like spice-gtk).
+        if n == 0 && sent > 0 {
+            break;
+        }
+        let data = Message::FileXferData(FileXferData {
+            id,
+            data: buf[..n].to_vec(),
+        });
+        link.send(Port::Client, &data)?;
+        sent += n as u64;
+        progress(sent, size);
+        // The guest may abort mid-way.
+        while let Some((_, m)) = link.try_recv()? {
+            if let Message::FileXferStatus(st) = m {
+                if st.id == id && st.result != FileXferResult::CanSendData {
+                    return if st.result == FileXferResult::Success {
+                        Ok(sent)
+                    } else {
+                        Err(fail(&st))
+                    };
+                }
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    let st = wait_status(
+        link,
+        id,
+        Instant::now() + timeout,
+        "file transfer completion",
+        timeout,
+    )?;
+    match st.result {
+        FileXferResult::Success => Ok(sent),
+        _ => Err(fail(&st)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_specs() {
+        assert_eq!(
+            parse_monitors("1024x768").unwrap(),
+            vec![MonitorSpec {
+                width: 1024,
+                height: 768,
+                pos: None
+            }]
+        );
+        assert_eq!(
+            parse_monitors("800x600+0+0,640x480+800+0").unwrap()[1],
+            MonitorSpec {
+                width: 640,
+                height: 480,
+                pos: Some((800, 0))
+            }
+        );
+        for bad in ["", "x", "10x", "0x10", "10x10+1", "10x10+a+b", "99999x10"] {
+            assert!(parse_monitors(bad).is_err(), "{bad}");
+        }
+    }
+}
