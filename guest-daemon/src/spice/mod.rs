@@ -298,3 +298,6 @@ pub async fn run_logged(opts: SpiceOptions) -> Result<()> {
     }
     r
 }
+
+#[cfg(test)]
+mod router_tests;

@@ -1,0 +1,172 @@
+//! Unit tests of [`super::router::Router`]: session activation, port wish, grab serials, transfer binding.
+
+use guestlink_protocol::session::{GeometryMonitor, SessionMessage};
+use guestlink_protocol::vdagent::{
+    encode_message, Capabilities, ChunkMode, ClipboardType, FileXferStart, Message, Port,
+    Reassembler, ReassemblerConfig, Selection, WireFormat,
+};
+
+use super::router::{our_caps, Action, Router};
+
+fn raw(m: &Message, wire: WireFormat) -> guestlink_protocol::vdagent::RawMessage {
+    let bytes = encode_message(Port::Client, m, wire, ChunkMode::Split).unwrap();
+    let mut r = Reassembler::new(ReassemblerConfig::guest_side());
+    r.feed(&bytes).pop().unwrap().unwrap().1
+}
+
+fn port_msgs(acts: &[Action], wire: WireFormat) -> Vec<Message> {
+    let mut r = Reassembler::new(ReassemblerConfig::host_side());
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Port(b) => Some(b),
+            _ => None,
+        })
+        .flat_map(|b| r.feed(b))
+        .map(|e| e.unwrap().1.decode(wire).unwrap())
+        .collect()
+}
+
+fn geometry() -> SessionMessage {
+    SessionMessage::Geometry {
+        monitors: vec![GeometryMonitor {
+            display_id: 0,
+            x: 0,
+            y: 0,
+            width: 800,
+            height: 600,
+        }],
+    }
+}
+
+/// A router with agent 1 of session "s1" active and a spice-gtk client connected.
+fn ready() -> (Router, WireFormat) {
+    let mut r = Router::new();
+    r.set_active_session(Some("s1".into()));
+    r.agent_connected(1, "s1".into()).unwrap();
+    r.on_agent(1, geometry());
+    assert!(r.wants_port());
+    r.port_opened();
+    let client = Capabilities::from_words(&[0x0003_5077]);
+    let wire = WireFormat::negotiate(&our_caps(), &client);
+    r.on_port(
+        Port::Client,
+        &raw(
+            &Message::AnnounceCapabilities {
+                request: true,
+                caps: client,
+            },
+            WireFormat::default(),
+        ),
+    );
+    (r, wire)
+}
+
+#[test]
+fn port_wanted_only_for_the_active_agent_with_geometry() {
+    let mut r = Router::new();
+    r.agent_connected(1, "s1".into()).unwrap();
+    r.on_agent(1, geometry());
+    assert!(!r.wants_port(), "no active session yet");
+    r.set_active_session(Some("s2".into()));
+    assert!(!r.wants_port(), "agent of another session");
+    let acts = r.set_active_session(Some("s1".into()));
+    assert!(r.wants_port());
+    assert!(acts.iter().any(|a| matches!(a, Action::Tablet(_))));
+    assert_eq!(
+        r.agent_connected(2, "s1".into()).unwrap_err(),
+        super::router::Refusal::SessionTaken
+    );
+    r.agent_gone(1);
+    assert!(!r.wants_port());
+}
+
+#[test]
+fn grab_serials_follow_vdagentd_rule() {
+    let (mut r, wire) = ready();
+    let grab = |serial| Message::ClipboardGrab {
+        selection: Selection::Clipboard,
+        serial: Some(serial),
+        types: vec![ClipboardType::Utf8Text],
+    };
+    let forwarded = |acts: &[Action]| {
+        acts.iter()
+            .any(|a| matches!(a, Action::Agent(1, SessionMessage::ClipboardGrab { .. })))
+    };
+    assert!(forwarded(&r.on_port(Port::Client, &raw(&grab(0), wire))));
+    assert!(
+        forwarded(&r.on_port(Port::Client, &raw(&grab(0), wire))),
+        "counter-1 is accepted (client wins)"
+    );
+    assert!(
+        !forwarded(&r.on_port(Port::Client, &raw(&grab(1000), wire))),
+        "stale serial dropped"
+    );
+    // Guest grabs carry the shared counter.
+    let acts = r.on_agent(
+        1,
+        SessionMessage::ClipboardGrab {
+            selection: Selection::Clipboard,
+            types: vec![ClipboardType::Utf8Text],
+        },
+    );
+    assert!(matches!(
+        port_msgs(&acts, wire)[..],
+        [Message::ClipboardGrab {
+            serial: Some(1),
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn inactive_agents_see_nothing_and_transfers_stay_bound() {
+    let (mut r, wire) = ready();
+    r.agent_connected(2, "s2".into()).unwrap();
+    // Agent 2 is not active: its request is answered empty, its grab never reaches the host.
+    let acts = r.on_agent(
+        2,
+        SessionMessage::ClipboardRequest {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+        },
+    );
+    assert!(matches!(
+        &acts[..],
+        [Action::Agent(
+            2,
+            SessionMessage::ClipboardData {
+                data_type: ClipboardType::None,
+                ..
+            }
+        )]
+    ));
+    assert!(r
+        .on_agent(
+            2,
+            SessionMessage::ClipboardGrab {
+                selection: Selection::Clipboard,
+                types: vec![]
+            }
+        )
+        .is_empty());
+    // A transfer is bound to agent 1; agent 2 cannot report on it.
+    let start = Message::FileXferStart(FileXferStart {
+        id: 5,
+        name: "f".into(),
+        size: 1,
+        file_xfer_nr: None,
+        file_xfer_total: None,
+    });
+    r.on_port(Port::Client, &raw(&start, wire));
+    let st = |status| SessionMessage::FileXferStatus {
+        id: 5,
+        status,
+        disk_free_space: None,
+        error_code: None,
+    };
+    assert!(r.on_agent(2, st(3)).is_empty());
+    assert_eq!(port_msgs(&r.on_agent(1, st(0)), wire).len(), 1);
+    // Switching the active session releases nothing that was not grabbed, and re-sends the stored state.
+    let acts = r.set_active_session(Some("s2".into()));
+    assert!(acts.iter().all(|a| !matches!(a, Action::Port(_))));
+}
