@@ -15,6 +15,7 @@ pub mod fsinfo;
 pub mod fstrim;
 pub mod network;
 pub mod osinfo;
+pub mod posix_tz;
 pub mod power;
 mod run;
 pub mod ssh;

@@ -133,7 +133,7 @@ pub fn local_zone(tz: Option<&str>, now: i64) -> (i64, Option<String>) {
                 if !s.is_empty() && !s.contains("..") && p.is_file() {
                     Some(p)
                 } else {
-                    return posix_tz_std(s).unwrap_or_else(utc);
+                    return super::posix_tz::eval(s, now).unwrap_or_else(utc);
                 }
             }
         }
@@ -215,63 +215,17 @@ pub fn tzif_lookup(data: &[u8], now: i64) -> Option<(i64, Option<String>)> {
     };
     match last {
         Some(i) if i + 1 == timecnt => {
-            // After the last transition the footer rule applies; without DST it is exact.
-            if let Some(r) = footer.as_deref().and_then(posix_tz_std_only) {
+            // After the last transition the footer rule applies (slim TZif files end early).
+            if let Some(r) = footer
+                .as_deref()
+                .and_then(|f| super::posix_tz::eval(f, now))
+            {
                 return Some(r);
             }
             ttinfo(*data.get(idxs + i)? as usize)
         }
         Some(i) => ttinfo(*data.get(idxs + i)? as usize),
         None => ttinfo(0),
-    }
-}
-
-/// A POSIX TZ string's standard zone (`EST5EDT` → (-18000, "EST")), ignoring any DST part.
-fn posix_tz_std(s: &str) -> Option<(i64, Option<String>)> {
-    let (name, rest) = if let Some(r) = s.strip_prefix('<') {
-        let end = r.find('>')?;
-        (&r[..end], &r[end + 1..])
-    } else {
-        let end = s
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(s.len());
-        (&s[..end], &s[end..])
-    };
-    if name.len() < 3 {
-        return None;
-    }
-    let off_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '+' || c == '-'))
-        .unwrap_or(rest.len());
-    let off = rest.get(..off_end)?;
-    let (sign, digits) = match off.as_bytes().first()? {
-        b'-' => (1, &off[1..]),
-        b'+' => (-1, &off[1..]),
-        _ => (-1, off),
-    };
-    let mut parts = digits.split(':').map(|p| p.parse::<i64>().ok());
-    let h = parts.next()??;
-    let m = parts.next().flatten().unwrap_or(0);
-    let sec = parts.next().flatten().unwrap_or(0);
-    Some((sign * (h * 3600 + m * 60 + sec), Some(name.to_owned())))
-}
-
-/// Like [`posix_tz_std`] but only for strings without a DST part (else the answer could be wrong).
-fn posix_tz_std_only(s: &str) -> Option<(i64, Option<String>)> {
-    let r = posix_tz_std(s)?;
-    let name_len = if s.starts_with('<') {
-        s.find('>')? + 1
-    } else {
-        s.find(|c: char| !c.is_ascii_alphabetic())?
-    };
-    let rest = &s[name_len..];
-    let off_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '+' || c == '-'))
-        .unwrap_or(rest.len());
-    if off_end == rest.len() {
-        Some(r)
-    } else {
-        None
     }
 }
 
@@ -327,21 +281,6 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "this feature or command is not currently supported"
-        );
-    }
-
-    #[test]
-    fn posix_strings() {
-        assert_eq!(posix_tz_std("UTC0"), Some((0, Some("UTC".into()))));
-        assert_eq!(posix_tz_std("EST5EDT"), Some((-18000, Some("EST".into()))));
-        assert_eq!(
-            posix_tz_std("<+0530>-5:30"),
-            Some((19800, Some("+0530".into())))
-        );
-        assert_eq!(posix_tz_std_only("EST5EDT,M3.2.0,M11.1.0"), None);
-        assert_eq!(
-            posix_tz_std_only("JST-9"),
-            Some((32400, Some("JST".into())))
         );
     }
 
