@@ -132,6 +132,9 @@ pub struct PullArgs {
     /// otherwise).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<usize>,
+    /// Requests kept in flight on direct sockets (default 2, at most 16; 1 = strict request/reply).
+    #[arg(long, value_name = "N")]
+    pub in_flight: Option<usize>,
 }
 
 /// `file push`.
@@ -144,6 +147,9 @@ pub struct PushArgs {
     /// Bytes per guest-file-write (default 1 MiB, 4 MiB with --domain).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<usize>,
+    /// Requests kept in flight on direct sockets (default 2, at most 16; 1 = strict request/reply).
+    #[arg(long, value_name = "N")]
+    pub in_flight: Option<usize>,
 }
 
 /// `fsfreeze` actions.

@@ -287,13 +287,13 @@ fn file_cmd(cli: &Cli, out: &mut dyn Write, s: &mut Session, f: &FileCmd) -> Res
     };
     let rep = match f {
         FileCmd::Pull(a) => {
-            let chunk = file::effective_chunk(s, a.chunk_size);
-            file::pull(s, &a.guest, &a.host, chunk, &mut bar)
+            let tuning = file::effective_tuning(s, a.chunk_size, a.in_flight);
+            file::pull(s, &a.guest, &a.host, tuning, &mut bar)
                 .with_context(|| format!("cannot pull {} to {}", a.guest, a.host.display()))?
         }
         FileCmd::Push(a) => {
-            let chunk = file::effective_chunk(s, a.chunk_size);
-            file::push(s, &a.host, &a.guest, chunk, &mut bar, &mut warn)
+            let tuning = file::effective_tuning(s, a.chunk_size, a.in_flight);
+            file::push(s, &a.host, &a.guest, tuning, &mut bar, &mut warn)
                 .with_context(|| format!("cannot push {} to {}", a.host.display(), a.guest))?
         }
     };

@@ -81,6 +81,8 @@ pub struct TransferReport {
     pub placement: Placement,
     /// Chunk size used.
     pub chunk_size: usize,
+    /// Requests kept in flight.
+    pub in_flight: usize,
     /// Wall time of the transfer, verification included.
     pub seconds: f64,
 }
@@ -88,14 +90,32 @@ pub struct TransferReport {
 /// Default chunk through libvirt: every chunk costs one `virsh` process, so fewer, larger chunks.
 pub const DEFAULT_CHUNK_LIBVIRT: usize = 4 << 20;
 
-/// Clamp a requested chunk size to what the target can carry.
-pub fn effective_chunk(session: &Session, requested: Option<usize>) -> usize {
+/// Chunk size and pipelining of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Bytes per guest-file-read / guest-file-write.
+    pub chunk: usize,
+    /// Requests kept in flight (1 = strict request/reply).
+    pub in_flight: usize,
+}
+
+/// Defaults and caps for the target, applied to what the user asked for.
+pub fn effective_tuning(
+    session: &Session,
+    chunk: Option<usize>,
+    in_flight: Option<usize>,
+) -> Tuning {
     let (default, max) = if session.via_libvirt() {
         (DEFAULT_CHUNK_LIBVIRT, MAX_CHUNK_LIBVIRT)
     } else {
         (DEFAULT_CHUNK, MAX_CHUNK)
     };
-    requested.unwrap_or(default).clamp(4096, max)
+    Tuning {
+        chunk: chunk.unwrap_or(default).clamp(4096, max),
+        in_flight: in_flight
+            .unwrap_or(DEFAULT_IN_FLIGHT)
+            .clamp(1, MAX_IN_FLIGHT),
+    }
 }
 
 fn hex(d: impl AsRef<[u8]>) -> String {
@@ -129,19 +149,19 @@ impl GuestFile {
     fn read_all(
         &self,
         session: &mut Session,
-        chunk: usize,
+        tuning: Tuning,
         size: Option<u64>,
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let mut r = Reader {
             handle: self.handle,
-            chunk,
+            chunk: tuning.chunk,
             size,
             issued: 0,
             eof: false,
             sink,
         };
-        session.run_pipeline(PIPELINE_DEPTH, &mut r)
+        session.run_pipeline(tuning.in_flight, &mut r)
     }
 
     fn size(&self, session: &mut Session) -> Result<Option<u64>> {
@@ -166,8 +186,11 @@ impl GuestFile {
     }
 }
 
-/// Requests in flight for chunked transfers (2: the agent works on one chunk while the host handles the next).
-const PIPELINE_DEPTH: usize = 2;
+/// Default requests in flight for chunked transfers (2: the agent works on one chunk while the host handles the
+/// next).
+pub const DEFAULT_IN_FLIGHT: usize = 2;
+/// Upper bound for requests in flight (each may hold a chunk-sized reply in the socket buffers).
+pub const MAX_IN_FLIGHT: usize = 16;
 
 fn decode_read(value: &Value) -> Result<(Vec<u8>, bool)> {
     let data = match value.get("buf-b64").and_then(Value::as_str) {
@@ -257,7 +280,11 @@ impl Pipeline for Writer<'_> {
 }
 
 /// Hash a guest file: `guestlink-file-sha256` if available, else read it back through guest-file-read.
-fn guest_sha256(session: &mut Session, path: &str, chunk: usize) -> Result<(String, Verification)> {
+fn guest_sha256(
+    session: &mut Session,
+    path: &str,
+    tuning: Tuning,
+) -> Result<(String, Verification)> {
     if session.supports("guestlink-file-sha256")? {
         let r = session.call("guestlink-file-sha256", Some(json!({"path": path})))?;
         let h = r
@@ -272,7 +299,7 @@ fn guest_sha256(session: &mut Session, path: &str, chunk: usize) -> Result<(Stri
     let f = GuestFile::open(session, path, "rb")?;
     let mut hasher = Sha256::new();
     let res = f.size(session).and_then(|size| {
-        f.read_all(session, chunk, size, &mut |d| {
+        f.read_all(session, tuning, size, &mut |d| {
             hasher.update(d);
             Ok(())
         })
@@ -306,7 +333,7 @@ pub fn pull(
     session: &mut Session,
     guest: &str,
     host: &Path,
-    chunk: usize,
+    tuning: Tuning,
     progress: &mut dyn Progress,
 ) -> Result<TransferReport> {
     let started = Instant::now();
@@ -340,7 +367,7 @@ pub fn pull(
             progress.start(size);
             let mut hasher = Sha256::new();
             let mut total = 0u64;
-            f.read_all(session, chunk, size, &mut |data| {
+            f.read_all(session, tuning, size, &mut |data| {
                 out.write_all(data).map_err(local("cannot write", &tmp))?;
                 hasher.update(data);
                 total += data.len() as u64;
@@ -355,7 +382,7 @@ pub fn pull(
         out.sync_all().map_err(local("cannot write", &tmp))?;
         progress.message("verifying");
         let (actual, how) = if session.supports("guestlink-file-sha256")? {
-            guest_sha256(session, guest, chunk)?
+            guest_sha256(session, guest, tuning)?
         } else {
             let mut h = Sha256::new();
             let mut f = File::open(&tmp).map_err(local("cannot read", &tmp))?;
@@ -391,7 +418,8 @@ pub fn pull(
         sha256,
         verified,
         placement: Placement::HostRename,
-        chunk_size: chunk,
+        chunk_size: tuning.chunk,
+        in_flight: tuning.in_flight,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -419,7 +447,7 @@ pub fn push(
     session: &mut Session,
     host: &Path,
     guest: &str,
-    chunk: usize,
+    tuning: Tuning,
     progress: &mut dyn Progress,
     on_warning: &mut dyn FnMut(&str),
 ) -> Result<TransferReport> {
@@ -463,14 +491,14 @@ pub fn push(
             };
             let mut w = Writer {
                 handle: f.handle,
-                buf: vec![0u8; chunk],
+                buf: vec![0u8; tuning.chunk],
                 input: &mut input,
                 host,
                 pending: std::collections::VecDeque::new(),
                 done: false,
                 sink: &mut sink,
             };
-            session.run_pipeline(PIPELINE_DEPTH, &mut w)?;
+            session.run_pipeline(tuning.in_flight, &mut w)?;
             Ok((total, hex(hasher.finalize())))
         })();
         let closed = f.close(session);
@@ -478,7 +506,7 @@ pub fn push(
         closed?;
         debug!(bytes = total, "written, verifying");
         progress.message("verifying");
-        let (actual, how) = guest_sha256(session, &target, chunk)?;
+        let (actual, how) = guest_sha256(session, &target, tuning)?;
         debug!(?how, "verified");
         if actual != sent {
             return Err(Error::ChecksumMismatch {
@@ -521,7 +549,8 @@ pub fn push(
         sha256,
         verified,
         placement,
-        chunk_size: chunk,
+        chunk_size: tuning.chunk,
+        in_flight: tuning.in_flight,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
