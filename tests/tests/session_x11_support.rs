@@ -1,0 +1,362 @@
+//! Shared harness of the `session_x11_*` tests (included with `#[path]`; as its own test target it is empty):
+//! a private Xvfb per test, `guestlink-session` started against it, and a fake guestlinkd on a unix socket that
+//! speaks `guestlink_protocol::session` (it stands in for guestlinkd's session socket).
+//!
+//! Missing tools (Xvfb, xclip, xrandr) skip loudly, or fail when `GUESTLINK_REQUIRE_PEERS` is set.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
+use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+
+/// Generous timeout for one expected message on a loaded 2-core machine.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// Whether the external tools exist; skips (prints) or panics under GUESTLINK_REQUIRE_PEERS.
+pub fn tools_present() -> bool {
+    let missing: Vec<&str> = ["Xvfb", "xclip", "xrandr"]
+        .into_iter()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t} >/dev/null")])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if peers_required() {
+        panic!(
+            "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/session.txt))"
+        );
+    }
+    eprintln!(
+        "\n*** SKIPPED: missing {missing:?} (apt-get install xvfb x11-xserver-utils xclip) ***\n"
+    );
+    false
+}
+
+/// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
+pub fn session_binary() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GUESTLINK_SESSION") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "guestlink-session"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo build -p guestlink-session");
+        assert!(status.success(), "building guestlink-session failed");
+        target_dir().join("debug").join("guestlink-session")
+    })
+}
+
+/// A private Xvfb, killed on drop.
+pub struct Xvfb {
+    child: Child,
+    /// `:N`.
+    pub display: String,
+}
+
+impl Xvfb {
+    /// Starts `Xvfb :N -nolisten tcp -screen 0 WxHx24` on the first free N from a per-process base.
+    pub fn start(width: u32, height: u32) -> Xvfb {
+        let base = 200 + (std::process::id() % 200) * 20;
+        for n in base..base + 400 {
+            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+                || Path::new(&format!("/tmp/.X{n}-lock")).exists()
+            {
+                continue;
+            }
+            let mut child = Command::new("Xvfb")
+                .arg(format!(":{n}"))
+                .args(["-nolisten", "tcp", "-noreset", "-screen", "0"])
+                .arg(format!("{width}x{height}x24"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawning Xvfb");
+            let display = format!(":{n}");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break; // display taken meanwhile: try the next
+                }
+                let ok = Command::new("xrandr")
+                    .env("DISPLAY", &display)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if ok {
+                    return Xvfb { child, display };
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("Xvfb {display} did not come up");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        panic!("no free X display number");
+    }
+
+    /// A command with DISPLAY set to this server.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env("DISPLAY", &self.display);
+        c
+    }
+
+    /// `xrandr` output.
+    pub fn xrandr(&self) -> String {
+        let out = self.command("xrandr").output().expect("xrandr");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `xclip -o -selection SEL [-t TARGET]` with a timeout; `None` when xclip failed.
+    pub fn paste(&self, selection: &str, target: Option<&str>) -> Option<Vec<u8>> {
+        let mut c = self.command("xclip");
+        c.args(["-o", "-selection", selection]);
+        if let Some(t) = target {
+            c.args(["-t", t]);
+        }
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("xclip");
+        let mut stdout = child.stdout.take().expect("piped");
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = stdout.read_to_end(&mut v);
+            v
+        });
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait xclip") {
+                let data = reader.join().expect("reader");
+                return status.success().then_some(data);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("xclip -o hung");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls until TARGETS of `selection` contains `target` (the agent's grab is asynchronous).
+    pub fn wait_for_target(&self, selection: &str, target: &str) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(t) = self.paste(selection, Some("TARGETS")) {
+                if String::from_utf8_lossy(&t).lines().any(|l| l == target) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{target} never offered on {selection}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `xclip -i -quiet -selection SEL [-t TARGET]` (stays in the foreground owning the selection).
+    pub fn copy(&self, selection: &str, target: Option<&str>, data: &[u8]) -> Child {
+        let mut c = self.command("xclip");
+        c.args(["-i", "-quiet", "-selection", selection]);
+        if let Some(t) = target {
+            c.args(["-t", t]);
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("xclip -i");
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(data).expect("feeding xclip");
+        drop(stdin);
+        child
+    }
+}
+
+impl Drop for Xvfb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The fake guestlinkd plus one `guestlink-session` connected to it.
+pub struct Harness {
+    /// Temporary files (socket, runtime dir, downloads, session log).
+    pub dir: tempfile::TempDir,
+    listener: UnixListener,
+    stream: UnixStream,
+    rx: Receiver<SessionMessage>,
+    child: Child,
+}
+
+impl Harness {
+    /// Starts `guestlink-session` on `x` and accepts its connection; the hello exchange is done.
+    pub fn start(x: &Xvfb) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("session.sock");
+        let runtime = dir.path().join("runtime");
+        std::fs::create_dir(&runtime).expect("runtime dir");
+        std::fs::create_dir(dir.path().join("downloads")).expect("downloads");
+        let listener = UnixListener::bind(&sock).expect("bind");
+        let log = std::fs::File::create(dir.path().join("session.log")).expect("log");
+        let child = Command::new(session_binary())
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--download-dir")
+            .arg(dir.path().join("downloads"))
+            .arg("-v")
+            .env("DISPLAY", &x.display)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env_remove("WAYLAND_DISPLAY")
+            .stderr(log)
+            .spawn()
+            .expect("spawning guestlink-session");
+        let (stream, rx) = accept(&listener);
+        let mut h = Harness {
+            dir,
+            listener,
+            stream,
+            rx,
+            child,
+        };
+        h.handshake();
+        h
+    }
+
+    fn handshake(&mut self) {
+        self.send(&SessionMessage::Hello {
+            version: 1,
+            session_id: "test".into(),
+            capabilities: Vec::new(),
+        });
+        self.expect("hello", |m| matches!(m, SessionMessage::Hello { .. }));
+        self.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
+    }
+
+    /// Closes the connection and accepts the agent's reconnection (hello exchange done again).
+    pub fn reconnect(&mut self) -> Duration {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        let t = Instant::now();
+        let (stream, rx) = accept(&self.listener);
+        self.stream = stream;
+        self.rx = rx;
+        self.handshake();
+        t.elapsed()
+    }
+
+    /// The download directory.
+    pub fn downloads(&self) -> PathBuf {
+        self.dir.path().join("downloads")
+    }
+
+    /// The runtime dir given to the agent.
+    pub fn runtime(&self) -> PathBuf {
+        self.dir.path().join("runtime")
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("session.log")).unwrap_or_default()
+    }
+
+    /// Sends one frame.
+    pub fn send(&mut self, m: &SessionMessage) {
+        let f = encode(m).expect("encode");
+        self.stream.write_all(&f).expect("write to the agent");
+    }
+
+    /// Waits for a message matching `pred` (others are skipped); panics with the log after [`WAIT`].
+    pub fn expect(&self, what: &str, pred: impl Fn(&SessionMessage) -> bool) -> SessionMessage {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(m) if pred(&m) => return m,
+                Ok(_) => {}
+                Err(_) => panic!("no {what} from guestlink-session; log:\n{}", self.log()),
+            }
+        }
+    }
+
+    /// Whether the agent process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- guestlink-session log ---\n{}", self.log());
+        }
+    }
+}
+
+/// Accepts one connection (within [`WAIT`]) and starts a reader thread decoding frames.
+fn accept(listener: &UnixListener) -> (UnixStream, Receiver<SessionMessage>) {
+    listener.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + WAIT;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    Instant::now() < deadline,
+                    "guestlink-session never connected"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).expect("blocking");
+    let mut rd = stream.try_clone().expect("clone");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut dec = FrameDecoder::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match rd.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            for m in dec.feed(&buf[..n]) {
+                match m {
+                    Ok(m) => {
+                        if tx.send(m).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => panic!("bad frame from guestlink-session: {e}"),
+                }
+            }
+        }
+    });
+    (stream, rx)
+}
