@@ -1,6 +1,7 @@
 //! Real libvirt against the agent in the micro-VM: a transient `qemu` (TCG) domain with `<kernel>`/`<initrd>` and a
 //! unix `<channel>` named `org.qemu.guest_agent.0`, driven with `virsh domfsfreeze/domfsthaw`,
-//! `qemu-agent-command`, `guestinfo`, `domtime` and `domfsinfo`.
+//! `qemu-agent-command`, `guestinfo`, `domtime`, `domfsinfo` and `snapshot-create-as --disk-only --quiesce` (the
+//! frozen base image must be a clean ext4 that needs no journal recovery).
 //!
 //! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
 //! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
@@ -319,4 +320,66 @@ fn vm_libvirt_virsh() {
         .agent(r#"{"execute":"guest-fsfreeze-status"}"#)
         .expect("status");
     assert_eq!(st, "thawed");
+
+    eprintln!(
+        "[libvirt] snapshot-create-as --disk-only --quiesce (libvirt's freeze → snapshot → thaw)"
+    );
+    ctl.run_ok(": > /run/hook.log");
+    let d = dom.dir.path();
+    let spec_a = format!("vda,file={}/overlay-a.qcow2", d.display());
+    let spec_b = format!("vdb,file={}/overlay-b.qcow2", d.display());
+    virsh_ok(&[
+        "snapshot-create-as",
+        &name,
+        "quiesced",
+        "--disk-only",
+        "--quiesce",
+        "--no-metadata",
+        "--diskspec",
+        &spec_a,
+        "--diskspec",
+        &spec_b,
+    ]);
+    let hooks = ctl.run_ok("cat /run/hook.log");
+    assert_eq!(
+        hooks.lines().collect::<Vec<_>>(),
+        ["freeze", "thaw"],
+        "hook calls: {hooks}"
+    );
+    let st = dom
+        .agent(r#"{"execute":"guest-fsfreeze-status"}"#)
+        .expect("status");
+    assert_eq!(st, "thawed");
+    let p3 = ctl.progress();
+    assert!(
+        ctl.progress_moves(p3, Duration::from_secs(30)),
+        "writer did not resume after the snapshot"
+    );
+    // The frozen image is now the read-only backing file. ext4's freeze flushes the journal and clears
+    // needs_recovery, which a mounted, unfrozen ext4 always has set: so the base image must not need recovery.
+    let dump = Command::new("dumpe2fs")
+        .arg("-h")
+        .arg(d.join("data.img"))
+        .output()
+        .expect("dumpe2fs");
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let features = dump
+        .lines()
+        .find(|l| l.starts_with("Filesystem features:"))
+        .unwrap_or_else(|| panic!("dumpe2fs: {dump}"));
+    assert!(
+        !features.contains("needs_recovery"),
+        "quiesced snapshot needs journal recovery: {features}"
+    );
+    let fsck = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(d.join("data.img"))
+        .output()
+        .expect("e2fsck");
+    assert!(
+        fsck.status.success(),
+        "quiesced snapshot is not clean: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
 }
