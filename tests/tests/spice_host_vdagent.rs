@@ -9,127 +9,16 @@
 //! Needs spice-vdagent, xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
 //! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_host_vdagent`.
 
-use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+mod spice_common;
 
-use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+use std::io::Write;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
 use sha2::{Digest, Sha256};
-
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn guestlink_bin() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINK_BIN") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "-p", "guestlink", "--bin", "guestlink"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo build -p guestlink");
-        assert!(st.success());
-        target_dir().join("debug").join("guestlink")
-    })
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-}
-
-/// The reference peers, or `None` after a loud skip message.
-fn peers() -> Option<()> {
-    let missing: Vec<&str> = ["spice-vdagentd", "spice-vdagent", "Xvfb", "xclip", "xrandr"]
-        .into_iter()
-        .filter(|n| which(n).is_none())
-        .collect();
-    if missing.is_empty() {
-        return Some(());
-    }
-    assert!(
-        !peers_required(),
-        "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/spice.txt))"
-    );
-    eprintln!("\n*** SKIPPED: {missing:?} not installed (see .ci/apt.d/spice.txt) ***\n");
-    None
-}
-
-/// Child processes killed (by their own pid) on drop.
-#[derive(Default)]
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in self.0.iter_mut().rev() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-type Slot = Arc<Mutex<Option<UnixStream>>>;
-
-/// Relays the guest's port socket to one host client at a time (guest→host bytes without a client are dropped).
-fn start_relay(guest_l: UnixListener, host_l: UnixListener) -> Arc<Mutex<bool>> {
-    let guest: Slot = Arc::default();
-    let host: Slot = Arc::default();
-    let connected = Arc::new(Mutex::new(false));
-    let (g, h, c) = (guest.clone(), host.clone(), connected.clone());
-    std::thread::spawn(move || {
-        for s in guest_l.incoming() {
-            let Ok(mut s) = s else { return };
-            *g.lock().unwrap() = s.try_clone().ok();
-            *c.lock().unwrap() = true;
-            let mut buf = vec![0u8; 65536];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if let Some(hs) = h.lock().unwrap().as_mut() {
-                            let _ = hs.write_all(&buf[..n]);
-                        }
-                    }
-                }
-            }
-            *g.lock().unwrap() = None;
-        }
-    });
-    std::thread::spawn(move || {
-        for s in host_l.incoming() {
-            let Ok(mut s) = s else { return };
-            *host.lock().unwrap() = s.try_clone().ok();
-            let mut buf = vec![0u8; 65536];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if let Some(gs) = guest.lock().unwrap().as_mut() {
-                            let _ = gs.write_all(&buf[..n]);
-                        }
-                    }
-                }
-            }
-            *host.lock().unwrap() = None;
-        }
-    });
-    connected
-}
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use spice_common::{guestlink_bin, payload, peers, start_relay, wait_for, xvfb, Procs};
 
 struct Env {
     dir: tempfile::TempDir,
@@ -160,27 +49,10 @@ impl Env {
 }
 
 fn start() -> Option<Env> {
-    peers()?;
+    peers(&["spice-vdagentd", "spice-vdagent", "Xvfb", "xclip", "xrandr"])?;
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
-    // A free X display number.
-    let n = (60..200)
-        .find(|n| {
-            !Path::new(&format!("/tmp/.X{n}-lock")).exists()
-                && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-        })
-        .expect("no free X display");
-    let display = format!(":{n}");
-    procs.0.push(
-        Command::new("Xvfb")
-            .args([&display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb"),
-    );
-    wait_for("Xvfb", || {
-        Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-    });
+    let display = xvfb(&mut procs);
 
     let vport = dir.path().join("vport.sock");
     let guest_l = UnixListener::bind(&vport).unwrap();
@@ -328,14 +200,7 @@ fn host_commands_against_real_spice_vdagent() {
 
     // send-file: 3 MiB + 123 bytes lands in ~/Downloads with the same sha256.
     let src = env.dir.path().join("payload.bin");
-    let mut data = vec![0u8; 3 * 1024 * 1024 + 123];
-    let mut x = 0x1234_5678u32;
-    for b in data.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        *b = x as u8;
-    }
+    let data = payload(3 * 1024 * 1024 + 123);
     std::fs::write(&src, &data).unwrap();
     let t = Instant::now();
     ok(&env.guestlink(&["send-file", src.to_str().unwrap()]));

@@ -1,0 +1,182 @@
+//! Helpers shared by the SPICE end-to-end tests: binaries, peer checks, process guard, Xvfb, and the
+//! QEMU-chardev-like relay between a guest port socket and `chardev.sock`.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+
+/// Generous bound for anything on a loaded 2-core machine.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builds `bin` of `pkg` once per test process (or takes `$env`).
+fn build(env: &str, pkg: &str, bin: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "-p", pkg, "--bin", bin])
+        .current_dir(workspace_root())
+        .status()
+        .expect("cargo build");
+    assert!(st.success(), "cargo build -p {pkg} failed");
+    target_dir().join("debug").join(bin)
+}
+
+/// `guestlink` (`$GUESTLINK_BIN` or built).
+pub fn guestlink_bin() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| build("GUESTLINK_BIN", "guestlink", "guestlink"))
+}
+
+/// `guestlink-session` (`$GUESTLINK_SESSION_BIN` or built).
+pub fn session_bin() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        build(
+            "GUESTLINK_SESSION_BIN",
+            "guestlink-session",
+            "guestlink-session",
+        )
+    })
+}
+
+/// Absolute path of a system program.
+pub fn which(name: &str) -> Option<PathBuf> {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.exists())
+}
+
+/// `Some(())` when all `names` are installed; else a loud skip (or a panic under GUESTLINK_REQUIRE_PEERS).
+pub fn peers(names: &[&str]) -> Option<()> {
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| which(n).is_none())
+        .collect();
+    if missing.is_empty() {
+        return Some(());
+    }
+    assert!(
+        !peers_required(),
+        "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (see .ci/apt.d/spice.txt)"
+    );
+    eprintln!("\n*** SKIPPED: {missing:?} not installed (see .ci/apt.d/spice.txt) ***\n");
+    None
+}
+
+/// Child processes killed (by their own pid) on drop, newest first.
+#[derive(Default)]
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in self.0.iter_mut().rev() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `f` every 50 ms until true; panics after [`TIMEOUT`].
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts Xvfb 1280x800 on a free display; returns `:N`.
+pub fn xvfb(procs: &mut Procs) -> String {
+    let n = (60..200)
+        .find(|n| {
+            !Path::new(&format!("/tmp/.X{n}-lock")).exists()
+                && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+        })
+        .expect("no free X display");
+    let display = format!(":{n}");
+    procs.0.push(
+        Command::new("Xvfb")
+            .args([&display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("Xvfb"),
+    );
+    wait_for("Xvfb", || {
+        Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+    });
+    display
+}
+
+type Slot = Arc<Mutex<Option<UnixStream>>>;
+
+/// Relays the guest's port (connections accepted on `guest_l`) to one host client at a time on `host_l`, like
+/// QEMU's `-chardev socket,server=on`: guest→host bytes without a client are dropped. Returns a flag set while
+/// the guest side is connected.
+pub fn start_relay(guest_l: UnixListener, host_l: UnixListener) -> Arc<Mutex<bool>> {
+    let guest: Slot = Arc::default();
+    let host: Slot = Arc::default();
+    let connected = Arc::new(Mutex::new(false));
+    let (g, h, c) = (guest.clone(), host.clone(), connected.clone());
+    std::thread::spawn(move || {
+        for s in guest_l.incoming() {
+            let Ok(mut s) = s else { return };
+            *g.lock().unwrap() = s.try_clone().ok();
+            *c.lock().unwrap() = true;
+            let mut buf = vec![0u8; 65536];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if let Some(hs) = h.lock().unwrap().as_mut() {
+                            let _ = hs.write_all(&buf[..n]);
+                        }
+                    }
+                }
+            }
+            *g.lock().unwrap() = None;
+            *c.lock().unwrap() = false;
+        }
+    });
+    std::thread::spawn(move || {
+        for s in host_l.incoming() {
+            let Ok(mut s) = s else { return };
+            *host.lock().unwrap() = s.try_clone().ok();
+            let mut buf = vec![0u8; 65536];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if let Some(gs) = guest.lock().unwrap().as_mut() {
+                            let _ = gs.write_all(&buf[..n]);
+                        }
+                    }
+                }
+            }
+            *host.lock().unwrap() = None;
+        }
+    });
+    connected
+}
+
+/// A deterministic pseudo-random payload.
+pub fn payload(len: usize) -> Vec<u8> {
+    let mut x = 0x1234_5678u32;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
