@@ -246,7 +246,7 @@ impl Agent {
                 tracing::info!(session_id, "guestlinkd hello");
             }
             SessionMessage::ClipboardGrab { selection, types } => {
-                b.clipboard_grab(selection, types)
+                b.clipboard_grab(selection, types);
             }
             SessionMessage::ClipboardRequest {
                 selection,

@@ -47,7 +47,7 @@ pub fn parse_user_dirs(text: &str, key: &str, home: &Path) -> Option<PathBuf> {
                 None
             }
         })
-        .last()
+        .next_back()
 }
 
 #[cfg(test)]

@@ -156,6 +156,8 @@ impl FileReceiver {
         };
         match nix::sys::statvfs::fstatvfs(&dir_fd) {
             Ok(st) => {
+                // fsblkcnt_t is not u64 on every target.
+                #[allow(clippy::useless_conversion)]
                 let free = u64::from(st.blocks_available()).saturating_mul(st.fragment_size());
                 if size > free {
                     tracing::warn!(id, size, free, "not enough space for a received file");

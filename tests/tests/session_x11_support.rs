@@ -63,6 +63,7 @@ pub fn session_binary() -> &'static PathBuf {
 }
 
 /// A private Xvfb, killed on drop.
+#[derive(Debug)]
 pub struct Xvfb {
     child: Child,
     /// `:N`.
@@ -204,6 +205,7 @@ impl Drop for Xvfb {
 }
 
 /// The fake guestlinkd plus one `guestlink-session` connected to it.
+#[derive(Debug)]
 pub struct Harness {
     /// Temporary files (socket, runtime dir, downloads, session log).
     pub dir: tempfile::TempDir,

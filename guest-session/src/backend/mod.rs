@@ -119,7 +119,7 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
         (None, None) => {
             tracing::warn!(
                 "neither DISPLAY nor WAYLAND_DISPLAY is set; clipboard and resize disabled"
-            )
+            );
         }
     }
     tracing::info!("backend none: file transfers only");

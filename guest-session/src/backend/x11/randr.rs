@@ -283,7 +283,8 @@ impl X11 {
                         Rotation::ROTATE0,
                         &[],
                     )?
-                    .reply();
+                    .reply()
+                    .map(|r| r.status);
                 tracing::debug!(output = i, ?status, "CRTC disabled");
             }
         }
@@ -326,7 +327,7 @@ impl X11 {
                 match r {
                     Ok(r) if r.status == SetConfig::INVALID_CONFIG_TIME => continue,
                     other => {
-                        status = Some(other);
+                        status = Some(other.map(|r| r.status));
                         break;
                     }
                 }

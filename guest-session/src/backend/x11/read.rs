@@ -338,13 +338,10 @@ impl X11 {
 
     /// After a reconnect: announce guest-owned selections again.
     pub(super) fn reannounce(&mut self) {
-        for sel in 0..2 {
-            if let Some(g) = self.read.guest[sel]
-                .as_ref()
-                .filter(|g| !g.types.is_empty())
-            {
+        for (g, selection) in self.read.guest.iter().zip(SELECTIONS) {
+            if let Some(g) = g.as_ref().filter(|g| !g.types.is_empty()) {
                 self.emit(BackendEvent::ClipboardGrab {
-                    selection: SELECTIONS[sel],
+                    selection,
                     types: g.types.clone(),
                 });
             }
