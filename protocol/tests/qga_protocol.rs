@@ -165,7 +165,7 @@ fn sync_delimited_like_test_qga_and_proxmox() {
     };
     assert!(r.delimited);
     assert_eq!(r.body, Ok(json!(123456)));
-    // Proxmox: two lines in one write, sync id as a string → rejected with the id echoed.
+    // Proxmox: sync-delimited and the command as two lines in one write; both answered, the first after 0xFF.
     let out = agent(
         &mut s,
         b"{\"execute\":\"guest-sync-delimited\",\"arguments\":{\"id\":1234501}}\n{\"execute\":\"guest-ping\"}\n",
