@@ -1,6 +1,7 @@
 //! The whole guestlink SPICE stack on Xvfb: `guestlink` (host) ↔ relay (QEMU-chardev-like) ↔ `guestlinkd -m none
 //! --spice-path` ↔ `guestlink-session` (X11 backend). Clipboard both ways via xclip, resize seen by xrandr,
-//! send-file with sha256 equality, MOUSE_STATE-free (the host CLI does not send mouse events).
+//! send-file with sha256 equality; once over a QEMU-chardev-like socket relay, once over a socat pty pair (guestlinkd
+//! opens a pty, `guestlink` the other end as a character device).
 //!
 //! Needs xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
 //! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_full_stack`.
@@ -21,14 +22,25 @@ use spice_common::{
 struct Env {
     dir: tempfile::TempDir,
     display: String,
+    /// What `--spice-socket` gets: the relay's socket or the host end of a socat pty pair.
+    host_end: PathBuf,
     _procs: Procs,
+}
+
+/// How the "virtio port" is emulated.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// guestlinkd connects to a unix socket; a relay hands it to `guestlink` like QEMU's chardev server.
+    Relay,
+    /// A socat pty pair: guestlinkd opens one pty, `guestlink` the other (as a character device).
+    SocatPty,
 }
 
 impl Env {
     fn guestlink(&self, args: &[&str]) -> Output {
         Command::new(guestlink_bin())
             .arg("--spice-socket")
-            .arg(self.dir.path().join("chardev.sock"))
+            .arg(&self.host_end)
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -57,16 +69,33 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn start() -> Option<Env> {
-    peers(&["Xvfb", "xclip", "xrandr"])?;
+fn start(link: Link) -> Option<Env> {
+    peers(&["Xvfb", "xclip", "xrandr", "socat"])?;
     let (guestlinkd, session, _) = (guestlinkd_path(), session_bin(), guestlink_bin());
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
     let display = xvfb(&mut procs);
-    let vport = dir.path().join("vport.sock");
-    let guest_l = UnixListener::bind(&vport).unwrap();
-    let host_l = UnixListener::bind(dir.path().join("chardev.sock")).unwrap();
-    let port_open = start_relay(guest_l, host_l);
+    let (vport, host_end, port_open) = match link {
+        Link::Relay => {
+            let vport = dir.path().join("vport.sock");
+            let guest_l = UnixListener::bind(&vport).unwrap();
+            let host_l = UnixListener::bind(dir.path().join("chardev.sock")).unwrap();
+            let open = start_relay(guest_l, host_l);
+            (vport, dir.path().join("chardev.sock"), Some(open))
+        }
+        Link::SocatPty => {
+            let (vport, host) = (dir.path().join("vport"), dir.path().join("hostside"));
+            procs.0.push(
+                Command::new("socat")
+                    .arg(format!("pty,raw,echo=0,link={}", vport.display()))
+                    .arg(format!("pty,raw,echo=0,link={}", host.display()))
+                    .spawn()
+                    .expect("socat"),
+            );
+            wait_for("socat's ptys", || vport.exists() && host.exists());
+            (vport, host, None)
+        }
+    };
     std::fs::create_dir(dir.path().join("state")).unwrap();
     std::fs::create_dir(dir.path().join("downloads")).unwrap();
     std::fs::create_dir(dir.path().join("run")).unwrap();
@@ -103,17 +132,36 @@ fn start() -> Option<Env> {
             .spawn()
             .expect("guestlink-session"),
     );
-    wait_for("guestlinkd to open its port", || *port_open.lock().unwrap());
-    Some(Env {
+    let env = Env {
         dir,
         display,
+        host_end,
         _procs: procs,
-    })
+    };
+    match port_open {
+        Some(open) => wait_for("guestlinkd to open its port", || *open.lock().unwrap()),
+        // A pty shows no open/close: poll until the agent answers.
+        None => wait_for("guestlinkd to answer on the pty", || {
+            env.guestlink(&["--connect-timeout", "2", "spice-state"])
+                .status
+                .success()
+        }),
+    }
+    Some(env)
 }
 
 #[test]
-fn host_cli_guestlinkd_and_session_on_xvfb() {
-    let Some(env) = start() else { return };
+fn full_stack_over_a_chardev_like_socket() {
+    full_stack(Link::Relay);
+}
+
+#[test]
+fn full_stack_over_a_socat_pty_pair() {
+    full_stack(Link::SocatPty);
+}
+
+fn full_stack(link: Link) {
+    let Some(env) = start(link) else { return };
     let logs = || {
         for f in ["guestlinkd.log", "session.log"] {
             let t = std::fs::read_to_string(env.dir.path().join(f)).unwrap_or_default();
@@ -129,7 +177,7 @@ fn host_cli_guestlinkd_and_session_on_xvfb() {
     let text = "hello from the host ✓";
     let mut setter = Command::new(guestlink_bin())
         .arg("--spice-socket")
-        .arg(env.dir.path().join("chardev.sock"))
+        .arg(&env.host_end)
         .args([
             "clipboard",
             "set",
