@@ -20,14 +20,18 @@ pub enum Target {
     Proxmox(u32),
 }
 
+/// Proxmox's socket directory; `GUESTLINK_PROXMOX_DIR` overrides it (tests, non-standard installs).
+fn proxmox_dir() -> PathBuf {
+    std::env::var_os("GUESTLINK_PROXMOX_DIR")
+        .map_or_else(|| PathBuf::from("/var/run/qemu-server"), PathBuf::from)
+}
+
 impl Target {
     /// The socket or device path for targets reached directly.
     pub fn path(&self) -> Option<PathBuf> {
         match self {
             Target::Socket(p) => Some(p.clone()),
-            Target::Proxmox(vmid) => {
-                Some(PathBuf::from(format!("/var/run/qemu-server/{vmid}.qga")))
-            }
+            Target::Proxmox(vmid) => Some(proxmox_dir().join(format!("{vmid}.qga"))),
             Target::Domain { .. } => None,
         }
     }
@@ -48,7 +52,9 @@ impl std::fmt::Display for Target {
         match self {
             Target::Socket(p) => write!(f, "{}", p.display()),
             Target::Domain { name, .. } => write!(f, "domain {name}"),
-            Target::Proxmox(vmid) => write!(f, "/var/run/qemu-server/{vmid}.qga"),
+            Target::Proxmox(vmid) => {
+                write!(f, "{}", proxmox_dir().join(format!("{vmid}.qga")).display())
+            }
         }
     }
 }

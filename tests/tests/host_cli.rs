@@ -477,3 +477,46 @@ fn exec_streams_with_guestlinkd() {
     );
     agent.stop();
 }
+
+/// `--proxmox VMID` reaches `<dir>/VMID.qga` (dir overridden for the test) and works like a socket target.
+#[test]
+fn proxmox_target() {
+    let Some(agent) = start(AgentKind::QemuGa) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(&agent.sock, dir.path().join("4242.qga")).expect("symlink");
+    let run = |args: &[&str]| {
+        Command::new(guestlink_bin())
+            .args(["--proxmox", "4242"])
+            .args(args)
+            .env("GUESTLINK_PROXMOX_DIR", dir.path())
+            .env_remove("GUESTLINK_SOCKET")
+            .stdin(Stdio::null())
+            .output()
+            .expect("guestlink")
+    };
+    let out = run(&["ping"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["exec", "--", "sh", "-c", "echo pve; exit 5"]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "pve\n");
+    let out = run(&["--proxmox", "4243", "ping"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "two --proxmox flags are a usage error"
+    );
+    let missing = Command::new(guestlink_bin())
+        .args(["--proxmox", "4243", "ping"])
+        .env("GUESTLINK_PROXMOX_DIR", dir.path())
+        .output()
+        .expect("guestlink");
+    assert_eq!(missing.status.code(), Some(69));
+    assert!(
+        text(&missing.stderr).contains("4243.qga does not exist"),
+        "{}",
+        text(&missing.stderr)
+    );
+    agent.stop();
+}
