@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use guestlink_host::exec::{self, ExecRequest, OutStream, MAX_INPUT_BYTES};
 use guestlink_host::file::{self, Progress};
 use guestlink_host::host_cmd::HostRunner;
-use guestlink_host::quiesce;
+use guestlink_host::quiesce::{self, CmdRunner};
 use guestlink_host::{Session, Target, Timeouts};
 
 use crate::cli::{Cli, Cmd, FileCmd, FreezeAction};
@@ -241,8 +241,8 @@ fn exec_cmd(
     Ok(outcome.status())
 }
 
-/// indicatif bar on stderr when it is a terminal.
-struct Bar(ProgressBar);
+/// indicatif bar on stderr when it is a terminal; also reports SIGINT/SIGTERM so a transfer stops cleanly.
+struct Bar(ProgressBar, Option<HostRunner>);
 
 impl Bar {
     fn new(visible: bool) -> Self {
@@ -255,7 +255,8 @@ impl Bar {
         ) {
             pb.set_style(style.progress_chars("=> "));
         }
-        Self(pb)
+        // Without the signal thread a Ctrl-C still stops guestlink, only without cleaning up temp files.
+        Self(pb, HostRunner::arm().ok())
     }
 }
 
@@ -274,6 +275,11 @@ impl Progress for Bar {
     }
     fn finish(&mut self) {
         self.0.finish_and_clear();
+    }
+    fn interrupted(&mut self) -> bool {
+        self.1
+            .as_mut()
+            .is_some_and(|r| r.pending_signal().is_some())
     }
 }
 

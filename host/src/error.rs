@@ -113,6 +113,9 @@ pub enum Error {
         /// Hash on the receiving side.
         actual: String,
     },
+    /// A signal asked guestlink to stop.
+    #[error("interrupted")]
+    Interrupted,
     /// The guest lacks a capability the operation needs.
     #[error("{0}")]
     Unsupported(String),

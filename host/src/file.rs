@@ -33,6 +33,10 @@ pub trait Progress {
     fn message(&mut self, _msg: &str) {}
     /// Done (or failed).
     fn finish(&mut self) {}
+    /// True when the user asked to stop (SIGINT/SIGTERM): the transfer aborts and cleans up.
+    fn interrupted(&mut self) -> bool {
+        false
+    }
 }
 
 /// A [`Progress`] that ignores everything.
@@ -245,7 +249,7 @@ struct Writer<'a> {
     /// Lengths of the writes in flight, oldest first.
     pending: std::collections::VecDeque<usize>,
     done: bool,
-    sink: &'a mut dyn FnMut(&[u8]),
+    sink: &'a mut dyn FnMut(&[u8]) -> Result<()>,
 }
 
 impl Pipeline for Writer<'_> {
@@ -258,7 +262,7 @@ impl Pipeline for Writer<'_> {
             self.done = true;
             return Ok(None);
         }
-        (self.sink)(&self.buf[..n]);
+        (self.sink)(&self.buf[..n])?;
         self.pending.push_back(n);
         Ok(Some((
             "guest-file-write",
@@ -372,6 +376,9 @@ pub fn pull(
                 hasher.update(data);
                 total += data.len() as u64;
                 progress.advance(data.len() as u64);
+                if progress.interrupted() {
+                    return Err(Error::Interrupted);
+                }
                 Ok(())
             })?;
             Ok((total, hex(hasher.finalize())))
@@ -485,9 +492,13 @@ pub fn push(
             let mut hasher = Sha256::new();
             let mut total = 0u64;
             let mut sink = |d: &[u8]| {
+                if progress.interrupted() {
+                    return Err(Error::Interrupted);
+                }
                 hasher.update(d);
                 total += d.len() as u64;
                 progress.advance(d.len() as u64);
+                Ok(())
             };
             let mut w = Writer {
                 handle: f.handle,

@@ -19,6 +19,8 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_UNAVAILABLE: u8 = 69;
 /// Exit status: an agent command timed out.
 pub const EXIT_TIMEOUT: u8 = 75;
+/// Exit status: stopped by SIGINT/SIGTERM (a transfer cleaned up its temp files).
+pub const EXIT_INTERRUPTED: u8 = 130;
 
 fn init_tracing(verbose: u8) {
     let level = match verbose {
@@ -50,6 +52,7 @@ fn exit_for(err: &anyhow::Error) -> u8 {
     match err.chain().find_map(|e| e.downcast_ref::<Error>()) {
         Some(Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. }) => EXIT_UNAVAILABLE,
         Some(Error::Timeout { .. }) => EXIT_TIMEOUT,
+        Some(Error::Interrupted) => EXIT_INTERRUPTED,
         _ => EXIT_FAILURE,
     }
 }

@@ -520,3 +520,80 @@ fn proxmox_target() {
     );
     agent.stop();
 }
+
+/// Waits until a `*.part` file with data shows up in `dir` (the transfer is under way), up to 60 s.
+fn wait_part(dir: &Path, child: &mut std::process::Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        let found = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name().to_string_lossy().ends_with(".part")
+                    && e.metadata().is_ok_and(|m| m.len() > 0)
+            });
+        if found {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+fn parts(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".part"))
+        .collect()
+}
+
+both_agents!(
+    /// SIGINT during a transfer: exit 130, the temp file is removed on both sides, nothing under the final name.
+    fn interrupted_transfers_clean_up(kind) {
+        let Some(agent) = start(kind) else { return };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = dir.path().join("big.bin");
+        std::fs::write(&big, vec![0x5a; 32 << 20]).expect("write big");
+        let guest_dir = dir.path().join("guest");
+        std::fs::create_dir(&guest_dir).expect("guest dir");
+        let small_chunks = ["--chunk-size", "4096", "--in-flight", "1"];
+        for pull in [true, false] {
+            let (src, dst, watch) = if pull {
+                (big.clone(), dir.path().join("pulled.bin"), dir.path().to_path_buf())
+            } else {
+                (big.clone(), guest_dir.join("pushed.bin"), guest_dir.clone())
+            };
+            let mut args = vec!["--socket", agent.sock.to_str().expect("utf8"), "file"];
+            args.push(if pull { "pull" } else { "push" });
+            args.extend_from_slice(&small_chunks);
+            args.push(src.to_str().expect("utf8"));
+            args.push(dst.to_str().expect("utf8"));
+            let mut child = Command::new(guestlink_bin())
+                .args(&args)
+                .env_remove("GUESTLINK_SOCKET")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            if !wait_part(&watch, &mut child) {
+                let out = child.wait_with_output().expect("wait");
+                panic!("transfer never started or finished too fast: {}", text(&out.stderr));
+            }
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT)
+                .expect("SIGINT");
+            let out = child.wait_with_output().expect("wait");
+            assert_eq!(out.status.code(), Some(130), "pull={pull}: {}", text(&out.stderr));
+            assert!(text(&out.stderr).contains("interrupted"), "{}", text(&out.stderr));
+            assert!(!dst.exists(), "pull={pull}: partial file under the final name");
+            assert_eq!(parts(&watch), Vec::<String>::new(), "pull={pull}: temp file left");
+        }
+        agent.stop();
+    }
+);
