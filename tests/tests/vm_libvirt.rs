@@ -321,6 +321,25 @@ fn vm_libvirt_virsh() {
         .expect("status");
     assert_eq!(st, "thawed");
 
+    eprintln!("[libvirt] the agent restarts inside the guest; libvirt reconnects by itself");
+    let old = ctl.run_ok("cat /run/agent.pid");
+    ctl.run_ok(&format!("kill -9 {old}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pid = ctl.run_ok("cat /run/agent.pid");
+        if pid != old {
+            if let Ok(v) = dom.agent(r#"{"execute":"guest-ping"}"#) {
+                assert_eq!(v, serde_json::json!({}));
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "libvirt did not reach the restarted agent"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     eprintln!(
         "[libvirt] snapshot-create-as --disk-only --quiesce (libvirt's freeze → snapshot → thaw)"
     );
