@@ -9,7 +9,9 @@
 //! Choice ([`select`]): `$DISPLAY` set → X11 (also under Xwayland); otherwise a [`null::NullBackend`] that keeps
 //! file transfers working and answers every clipboard request empty.
 
+pub mod detect;
 pub mod null;
+pub mod wayland;
 pub mod x11;
 
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
@@ -95,6 +97,18 @@ pub type EventSender = UnboundedSender<BackendEvent>;
 
 /// Picks the backend from the environment and starts it. Logs what was chosen and why.
 pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
+    // Native Wayland first (data-control); it falls through to X11 (Xwayland) when the compositor lacks it.
+    let env = detect::SessionEnv::from_env();
+    if env.is_wayland() {
+        match wayland::WaylandBackend::start(events.clone(), &env) {
+            Ok((Some(b), plan)) => {
+                tracing::info!(?plan, "backend wayland: {}", plan.why);
+                return Box::new(b);
+            }
+            Ok((None, plan)) => tracing::info!(?plan, "no native Wayland backend: {}", plan.why),
+            Err(e) => tracing::warn!("Wayland backend failed to start: {e:#}"),
+        }
+    }
     let display = std::env::var_os("DISPLAY").filter(|d| !d.is_empty());
     let wayland = std::env::var_os("WAYLAND_DISPLAY").filter(|d| !d.is_empty());
     match (display, wayland) {

@@ -1,0 +1,355 @@
+//! The native Wayland backend: clipboard over data-control (ext-data-control-v1, else zwlr-data-control-v1) and
+//! resize over wlr-output-management, with a direct `wayland-client` implementation.
+//!
+//! Why not wl-clipboard-rs: its copy/paste API is one-shot (a paste connects, reads and disconnects; a copy
+//! serves from a forked/background thread until replaced), while this agent lives as long as the session, must
+//! see every selection change, and must answer pastes by asking the host first. So one dedicated thread owns a
+//! blocking [`Connection`]; it waits with `poll(2)` on the Wayland socket and a wake-up socket, like the X11
+//! backend. Data moves through pipes on short-lived threads ([`io`]).
+
+mod clipboard;
+mod data_control;
+mod io;
+mod output;
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use wayland_client::globals::{registry_queue_init, GlobalListContents};
+use wayland_client::protocol::{wl_registry, wl_seat::WlSeat};
+use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
+
+use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
+use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use data_control::Manager;
+
+/// Work for the Wayland thread.
+#[derive(Debug)]
+enum Command {
+    Grab(Selection, Vec<ClipboardType>),
+    Request(Selection, ClipboardType),
+    Data(Selection, ClipboardType, Vec<u8>),
+    Release(Selection),
+    ReleaseHostOwned,
+    MaxClipboard(Option<usize>),
+    Monitors(Vec<SessionMonitor>),
+    Resync,
+    Shutdown,
+}
+
+/// The state owned by the Wayland thread.
+#[derive(Debug)]
+pub(crate) struct State {
+    events: EventSender,
+    qh: QueueHandle<State>,
+    clip: Option<clipboard::Clipboard>,
+    outputs: Vec<output::WlOut>,
+    wlr: Option<output::Wlr>,
+    max_clipboard: usize,
+    /// A wl_output sent `done`: report the layout if it changed.
+    outputs_changed: bool,
+    /// Report the layout after a round trip (after a monitors config).
+    need_geometry: bool,
+    last_geometry: Option<Vec<GeometryMonitor>>,
+    fatal: Option<String>,
+}
+
+/// The handle of the Wayland backend thread.
+#[derive(Debug)]
+pub struct WaylandBackend {
+    tx: mpsc::Sender<Command>,
+    wake: UnixStream,
+    features: BackendFeatures,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WaylandBackend {
+    /// Connects to `$WAYLAND_DISPLAY`, reads the globals and chooses by capability. Returns the backend when
+    /// data-control is available, else `None` (the caller falls back, following the returned [`Plan`]).
+    pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<Self>, Plan)> {
+        let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
+        let (globals, mut queue) =
+            registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
+        let list = detect::Globals(
+            globals
+                .contents()
+                .clone_list()
+                .into_iter()
+                .map(|g| (g.interface, g.version))
+                .collect(),
+        );
+        tracing::debug!(globals = ?list.0, "Wayland globals");
+        let plan = detect::plan(env, Some(&list));
+        if !matches!(
+            plan.clipboard,
+            ClipboardBackend::ExtDataControl | ClipboardBackend::WlrDataControl(_)
+        ) {
+            return Ok((None, plan));
+        }
+        let qh = queue.handle();
+        let seat: WlSeat = globals.bind(&qh, 1..=1, ()).context("binding wl_seat")?;
+        let manager = match plan.clipboard {
+            ClipboardBackend::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
+            _ => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+        };
+        let device = manager.get_data_device(&seat, &qh);
+        let clip = clipboard::Clipboard::new(manager, device, plan.clipboard.has_primary());
+        let wlr = match plan.resize {
+            ResizeBackend::WlrOutputManagement => globals
+                .bind(&qh, 1..=2, ())
+                .map(output::Wlr::new)
+                .map_err(|e| tracing::warn!("binding zwlr_output_manager_v1: {e}"))
+                .ok(),
+            _ => None,
+        };
+        let mut state = State {
+            events: events.clone(),
+            qh: qh.clone(),
+            clip: Some(clip),
+            outputs: Vec::new(),
+            wlr,
+            max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
+            outputs_changed: false,
+            need_geometry: false,
+            last_geometry: None,
+            fatal: None,
+        };
+        for g in globals.contents().clone_list() {
+            if g.interface == "wl_output" {
+                state.bind_output(globals.registry(), g.name, g.version);
+            }
+        }
+        // Two round trips: globals' first events, then the objects they created (offers, heads, modes).
+        queue.roundtrip(&mut state).context("Wayland round trip")?;
+        queue.roundtrip(&mut state).context("Wayland round trip")?;
+        let features = BackendFeatures {
+            clipboard: true,
+            primary: plan.clipboard.has_primary(),
+            resize: state.wlr.is_some(),
+        };
+        let (wake_tx, wake_rx) = UnixStream::pair().context("wake-up socket pair")?;
+        wake_tx.set_nonblocking(true)?;
+        wake_rx.set_nonblocking(true)?;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("wayland".into())
+            .spawn(move || {
+                if let Err(e) = state.run(&mut queue, &rx, &wake_rx) {
+                    tracing::error!("Wayland backend stopped: {e:#}");
+                    let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
+                }
+            })
+            .context("spawning the Wayland thread")?;
+        let backend = Self {
+            tx,
+            wake: wake_tx,
+            features,
+            thread: Some(thread),
+        };
+        Ok((Some(backend), plan))
+    }
+
+    fn send(&self, cmd: Command) {
+        if self.tx.send(cmd).is_ok() {
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+}
+
+impl Drop for WaylandBackend {
+    fn drop(&mut self) {
+        self.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl DesktopBackend for WaylandBackend {
+    fn name(&self) -> &'static str {
+        "wayland"
+    }
+    fn features(&self) -> BackendFeatures {
+        self.features
+    }
+    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>) {
+        self.send(Command::Grab(selection, types));
+    }
+    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType) {
+        self.send(Command::Request(selection, data_type));
+    }
+    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>) {
+        self.send(Command::Data(selection, data_type, data));
+    }
+    fn clipboard_release(&self, selection: Selection) {
+        self.send(Command::Release(selection));
+    }
+    fn release_host_selections(&self) {
+        self.send(Command::ReleaseHostOwned);
+    }
+    fn set_max_clipboard(&self, max: Option<usize>) {
+        self.send(Command::MaxClipboard(max));
+    }
+    fn apply_monitors(&self, _flags: u32, monitors: Vec<SessionMonitor>) {
+        self.send(Command::Monitors(monitors));
+    }
+    fn resync(&self) {
+        self.send(Command::Resync);
+    }
+}
+
+impl State {
+    fn bind_output(&mut self, registry: &wl_registry::WlRegistry, name: u32, version: u32) {
+        let output = registry.bind(name, version.min(4), &self.qh, name);
+        self.outputs.push(output::WlOut::new(output, name));
+    }
+
+    fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Grab(s, types) => self.host_grab(s, types),
+            Command::Request(s, t) => self.host_request(s, t),
+            Command::Data(s, t, data) => self.host_data(s, t, data),
+            Command::Release(s) => self.host_release(s),
+            Command::ReleaseHostOwned => {
+                self.host_release(Selection::Clipboard);
+                self.host_release(Selection::Primary);
+            }
+            Command::MaxClipboard(max) => {
+                self.max_clipboard = max
+                    .unwrap_or(super::x11::HARD_MAX_CLIPBOARD)
+                    .min(super::x11::HARD_MAX_CLIPBOARD);
+            }
+            Command::Monitors(m) => self.apply_monitors(m),
+            Command::Resync => {
+                self.need_geometry = true;
+                self.reannounce();
+            }
+            Command::Shutdown => {}
+        }
+    }
+
+    fn report_geometry(&mut self, force: bool) {
+        let g = self.geometry();
+        if force || self.last_geometry.as_ref() != Some(&g) {
+            tracing::info!(geometry = ?g, "geometry");
+            self.last_geometry = Some(g.clone());
+            let _ = self.events.send(BackendEvent::Geometry(g));
+        }
+    }
+
+    fn run(
+        &mut self,
+        queue: &mut EventQueue<State>,
+        rx: &mpsc::Receiver<Command>,
+        wake: &UnixStream,
+    ) -> Result<()> {
+        self.report_geometry(true);
+        loop {
+            let mut buf = [0u8; 64];
+            while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
+            loop {
+                match rx.try_recv() {
+                    Ok(Command::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                    Ok(cmd) => self.command(cmd),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                }
+            }
+            queue.dispatch_pending(self)?;
+            if std::mem::take(&mut self.need_geometry) {
+                queue.roundtrip(self)?;
+                self.outputs_changed = false;
+                self.report_geometry(true);
+            } else if std::mem::take(&mut self.outputs_changed) {
+                self.report_geometry(false);
+            }
+            if let Some(f) = self.fatal.take() {
+                bail!(f);
+            }
+            self.expire_pastes(Instant::now());
+            queue.flush()?;
+            let Some(guard) = queue.prepare_read() else {
+                continue;
+            };
+            let ready = {
+                let mut fds = [
+                    PollFd::new(guard.connection_fd(), PollFlags::POLLIN),
+                    PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+                ];
+                let ms = u16::try_from(Duration::from_secs(1).as_millis()).unwrap_or(1000);
+                match poll(&mut fds, PollTimeout::from(ms)) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                fds[0].revents().is_some_and(|r| !r.is_empty())
+            };
+            if ready {
+                match guard.read() {
+                    Ok(_) => {}
+                    Err(wayland_client::backend::WaylandError::Io(e))
+                        if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e).context("reading from the compositor"),
+                }
+            }
+        }
+    }
+}
+
+impl Dispatch<wl_registry::WlRegistry, GlobalListContents> for State {
+    fn event(
+        state: &mut Self,
+        registry: &wl_registry::WlRegistry,
+        event: wl_registry::Event,
+        _: &GlobalListContents,
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        match event {
+            wl_registry::Event::Global {
+                name,
+                interface,
+                version,
+            } if interface == "wl_output" => state.bind_output(registry, name, version),
+            wl_registry::Event::GlobalRemove { name } => {
+                if let Some(i) = state.outputs.iter().position(|o| o.global == name) {
+                    let o = state.outputs.remove(i);
+                    o.output.release_if_possible();
+                    state.outputs_changed = true;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Dispatch<WlSeat, ()> for State {
+    fn event(
+        _: &mut Self,
+        _: &WlSeat,
+        _: wayland_client::protocol::wl_seat::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+    }
+}
+
+/// `wl_output.release` exists from version 3.
+trait ReleaseIfPossible {
+    fn release_if_possible(&self);
+}
+
+impl ReleaseIfPossible for wayland_client::protocol::wl_output::WlOutput {
+    fn release_if_possible(&self) {
+        use wayland_client::Proxy;
+        if self.version() >= 3 {
+            self.release();
+        }
+    }
+}

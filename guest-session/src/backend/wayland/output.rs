@@ -1,0 +1,344 @@
+//! Outputs: the layout from `wl_output` (position, current mode, name), and resize through
+//! `zwlr_output_manager_v1` (wlroots: sway, Hyprland) with custom modes.
+//!
+//! Display ids are the outputs sorted by name. sway 1.7 announces its headless head as `enabled(0)` with one mode
+//! without a size, so the layout is taken from `wl_output`, and a resize always sends `enable_head` (never
+//! `disable_head` for a head the monitors config keeps) plus `set_mode` for a listed mode of that size, else
+//! `set_custom_mode(w, h, 0)`. A `cancelled` result (stale serial) is retried once after the next `done`.
+
+use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
+use wayland_client::backend::ObjectId;
+use wayland_client::protocol::wl_output::{self, WlOutput};
+use wayland_client::{Connection, Dispatch, Proxy, QueueHandle, WEnum};
+use wayland_protocols_wlr::output_management::v1::client::{
+    zwlr_output_configuration_head_v1::ZwlrOutputConfigurationHeadV1,
+    zwlr_output_configuration_v1::{self, ZwlrOutputConfigurationV1},
+    zwlr_output_head_v1::{self, ZwlrOutputHeadV1},
+    zwlr_output_manager_v1::{self, ZwlrOutputManagerV1},
+    zwlr_output_mode_v1::{self, ZwlrOutputModeV1},
+};
+
+use super::State;
+
+/// One `wl_output` (user data: its global name).
+#[derive(Debug)]
+pub struct WlOut {
+    pub output: WlOutput,
+    pub global: u32,
+    name: Option<String>,
+    x: i32,
+    y: i32,
+    width: i32,
+    height: i32,
+}
+
+impl WlOut {
+    /// A bound output whose events have not arrived yet.
+    pub fn new(output: WlOutput, global: u32) -> Self {
+        Self {
+            output,
+            global,
+            name: None,
+            x: 0,
+            y: 0,
+            width: 0,
+            height: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Head {
+    head: ZwlrOutputHeadV1,
+    name: String,
+    enabled: bool,
+    modes: Vec<ZwlrOutputModeV1>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ModeInfo {
+    width: i32,
+    height: i32,
+}
+
+/// wlr-output-management state.
+#[derive(Debug)]
+pub struct Wlr {
+    manager: ZwlrOutputManagerV1,
+    serial: Option<u32>,
+    heads: Vec<Head>,
+    modes: Vec<(ObjectId, ModeInfo)>,
+    /// A config waiting for a fresh serial (after `cancelled`), with the retries left.
+    retry: Option<(Vec<SessionMonitor>, u8)>,
+    applying: Option<(ZwlrOutputConfigurationV1, Vec<SessionMonitor>, u8)>,
+}
+
+impl Wlr {
+    /// Wraps the bound manager.
+    pub fn new(manager: ZwlrOutputManagerV1) -> Self {
+        Self {
+            manager,
+            serial: None,
+            heads: Vec::new(),
+            modes: Vec::new(),
+            retry: None,
+            applying: None,
+        }
+    }
+}
+
+impl State {
+    /// The layout, display ids in output-name order.
+    pub(super) fn geometry(&self) -> Vec<GeometryMonitor> {
+        let mut outs: Vec<&WlOut> = self.outputs.iter().filter(|o| o.width > 0).collect();
+        outs.sort_by(|a, b| a.name.cmp(&b.name).then(a.global.cmp(&b.global)));
+        outs.iter()
+            .enumerate()
+            .map(|(i, o)| GeometryMonitor {
+                display_id: u32::try_from(i).unwrap_or(u32::MAX),
+                x: o.x,
+                y: o.y,
+                width: o.width.unsigned_abs(),
+                height: o.height.unsigned_abs(),
+            })
+            .collect()
+    }
+
+    /// Applies a monitors config (index = display id).
+    pub(super) fn apply_monitors(&mut self, monitors: Vec<SessionMonitor>) {
+        if !monitors.iter().any(|m| m.width > 0 && m.height > 0) {
+            tracing::warn!(?monitors, "monitors config disables every output; ignored");
+            self.need_geometry = true;
+            return;
+        }
+        let Some(w) = self.wlr.as_mut() else {
+            tracing::warn!("no output-management interface: cannot resize");
+            self.need_geometry = true;
+            return;
+        };
+        match w.serial {
+            Some(_) if w.applying.is_none() => self.wlr_apply(monitors, 1),
+            _ => w.retry = Some((monitors, 1)),
+        }
+    }
+
+    fn wlr_apply(&mut self, monitors: Vec<SessionMonitor>, retries: u8) {
+        let qh = self.qh.clone();
+        let Some(w) = self.wlr.as_mut() else { return };
+        let Some(serial) = w.serial else { return };
+        let cfg = w.manager.create_configuration(serial, &qh, ());
+        let mut heads: Vec<&Head> = w.heads.iter().collect();
+        heads.sort_by(|a, b| a.name.cmp(&b.name));
+        for (i, h) in heads.iter().enumerate() {
+            match monitors.get(i) {
+                Some(m) if m.width > 0 && m.height > 0 => {
+                    let ch = cfg.enable_head(&h.head, &qh, ());
+                    let (mw, mh) = (
+                        i32::try_from(m.width).unwrap_or(i32::MAX),
+                        i32::try_from(m.height).unwrap_or(i32::MAX),
+                    );
+                    let listed = h.modes.iter().find(|mode| {
+                        w.modes.iter().any(|(id, info)| {
+                            *id == mode.id() && info.width == mw && info.height == mh
+                        })
+                    });
+                    match listed {
+                        Some(mode) => ch.set_mode(mode),
+                        None => ch.set_custom_mode(mw, mh, 0),
+                    }
+                    ch.set_position(m.x, m.y);
+                    tracing::info!(head = %h.name, width = mw, height = mh, x = m.x, y = m.y, listed = listed.is_some(), "wlr output: enable");
+                }
+                Some(_) => {
+                    tracing::info!(head = %h.name, "wlr output: disable");
+                    cfg.disable_head(&h.head);
+                }
+                None if h.enabled => {
+                    cfg.enable_head(&h.head, &qh, ());
+                }
+                None => cfg.disable_head(&h.head),
+            }
+        }
+        cfg.apply();
+        w.applying = Some((cfg, monitors, retries));
+    }
+
+    fn wlr_result(&mut self, ok: Option<bool>) {
+        let Some(w) = self.wlr.as_mut() else { return };
+        let Some((cfg, monitors, retries)) = w.applying.take() else {
+            return;
+        };
+        cfg.destroy();
+        match ok {
+            Some(true) => tracing::info!("wlr output configuration succeeded"),
+            Some(false) => tracing::warn!("wlr output configuration failed"),
+            None if retries > 0 => {
+                tracing::info!("wlr output configuration cancelled (stale serial); retrying");
+                w.retry = Some((monitors, retries - 1));
+                return;
+            }
+            None => tracing::warn!("wlr output configuration cancelled again; giving up"),
+        }
+        self.need_geometry = true;
+    }
+}
+
+impl Dispatch<WlOutput, u32> for State {
+    fn event(
+        state: &mut Self,
+        output: &WlOutput,
+        event: wl_output::Event,
+        _: &u32,
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        let Some(o) = state.outputs.iter_mut().find(|o| &o.output == output) else {
+            return;
+        };
+        match event {
+            wl_output::Event::Geometry { x, y, .. } => {
+                o.x = x;
+                o.y = y;
+            }
+            wl_output::Event::Mode {
+                flags: WEnum::Value(f),
+                width,
+                height,
+                ..
+            } if f.contains(wl_output::Mode::Current) => {
+                o.width = width;
+                o.height = height;
+            }
+            wl_output::Event::Name { name } => o.name = Some(name),
+            wl_output::Event::Done => state.outputs_changed = true,
+            _ => {}
+        }
+    }
+}
+
+impl Dispatch<ZwlrOutputManagerV1, ()> for State {
+    fn event(
+        state: &mut Self,
+        _: &ZwlrOutputManagerV1,
+        event: zwlr_output_manager_v1::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        let Some(w) = state.wlr.as_mut() else { return };
+        match event {
+            zwlr_output_manager_v1::Event::Head { head } => w.heads.push(Head {
+                head,
+                name: String::new(),
+                enabled: false,
+                modes: Vec::new(),
+            }),
+            zwlr_output_manager_v1::Event::Done { serial } => {
+                w.serial = Some(serial);
+                if w.applying.is_none() {
+                    if let Some((monitors, retries)) = w.retry.take() {
+                        state.wlr_apply(monitors, retries);
+                    }
+                }
+            }
+            zwlr_output_manager_v1::Event::Finished => state.wlr = None,
+            _ => {}
+        }
+    }
+
+    wayland_client::event_created_child!(State, ZwlrOutputManagerV1, [
+        zwlr_output_manager_v1::EVT_HEAD_OPCODE => (ZwlrOutputHeadV1, ())
+    ]);
+}
+
+impl Dispatch<ZwlrOutputHeadV1, ()> for State {
+    fn event(
+        state: &mut Self,
+        proxy: &ZwlrOutputHeadV1,
+        event: zwlr_output_head_v1::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        let Some(w) = state.wlr.as_mut() else { return };
+        let Some(h) = w.heads.iter_mut().find(|h| &h.head == proxy) else {
+            return;
+        };
+        match event {
+            zwlr_output_head_v1::Event::Name { name } => h.name = name,
+            zwlr_output_head_v1::Event::Enabled { enabled } => h.enabled = enabled != 0,
+            zwlr_output_head_v1::Event::Mode { mode } => {
+                w.modes.push((mode.id(), ModeInfo::default()));
+                h.modes.push(mode);
+            }
+            zwlr_output_head_v1::Event::Finished => {
+                let id = proxy.id();
+                w.heads.retain(|h| h.head.id() != id);
+            }
+            _ => {}
+        }
+    }
+
+    wayland_client::event_created_child!(State, ZwlrOutputHeadV1, [
+        zwlr_output_head_v1::EVT_MODE_OPCODE => (ZwlrOutputModeV1, ())
+    ]);
+}
+
+impl Dispatch<ZwlrOutputModeV1, ()> for State {
+    fn event(
+        state: &mut Self,
+        proxy: &ZwlrOutputModeV1,
+        event: zwlr_output_mode_v1::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        let Some(w) = state.wlr.as_mut() else { return };
+        let id = proxy.id();
+        match event {
+            zwlr_output_mode_v1::Event::Size { width, height } => {
+                if let Some((_, m)) = w.modes.iter_mut().find(|(i, _)| *i == id) {
+                    m.width = width;
+                    m.height = height;
+                }
+            }
+            zwlr_output_mode_v1::Event::Finished => {
+                w.modes.retain(|(i, _)| *i != id);
+                for h in &mut w.heads {
+                    h.modes.retain(|m| m.id() != id);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Dispatch<ZwlrOutputConfigurationV1, ()> for State {
+    fn event(
+        state: &mut Self,
+        _: &ZwlrOutputConfigurationV1,
+        event: zwlr_output_configuration_v1::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        match event {
+            zwlr_output_configuration_v1::Event::Succeeded => state.wlr_result(Some(true)),
+            zwlr_output_configuration_v1::Event::Failed => state.wlr_result(Some(false)),
+            zwlr_output_configuration_v1::Event::Cancelled => state.wlr_result(None),
+            _ => {}
+        }
+    }
+}
+
+impl Dispatch<ZwlrOutputConfigurationHeadV1, ()> for State {
+    fn event(
+        _: &mut Self,
+        _: &ZwlrOutputConfigurationHeadV1,
+        _: <ZwlrOutputConfigurationHeadV1 as Proxy>::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+    }
+}
