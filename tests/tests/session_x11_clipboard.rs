@@ -236,6 +236,48 @@ fn guest_copy_becomes_grab_and_is_served_both_selections() {
 }
 
 #[test]
+fn guest_image_and_latin1_string_copies() {
+    if !tools_present() {
+        return;
+    }
+    let x = Xvfb::start(1024, 768);
+    let mut h = Harness::start(&x);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend((0..100_000u32).map(|i| (i * 13 % 256) as u8));
+    let mut c = x.copy("clipboard", Some("image/png"), &png);
+    h.expect("image grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { selection: Selection::Clipboard, types } if types == &[ClipboardType::ImagePng])
+    });
+    h.send(&SessionMessage::ClipboardRequest {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::ImagePng,
+    });
+    let m = h.expect("image data", |m| {
+        matches!(m, SessionMessage::ClipboardData { .. })
+    });
+    assert!(
+        matches!(m, SessionMessage::ClipboardData { data_type: ClipboardType::ImagePng, data, .. } if data == png)
+    );
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // An owner offering only STRING (ISO 8859-1): the host gets UTF-8.
+    let mut c = x.copy("clipboard", Some("STRING"), &[b'c', b'a', b'f', 0xe9]);
+    h.expect("text grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { types, .. } if types == &[ClipboardType::Utf8Text])
+    });
+    h.send(&SessionMessage::ClipboardRequest {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+    });
+    let m = h.expect("text data", |m| {
+        matches!(m, SessionMessage::ClipboardData { .. })
+    });
+    assert!(matches!(m, SessionMessage::ClipboardData { data, .. } if data == "café".as_bytes()));
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+#[test]
 fn guest_16_mib_read_with_incr_and_max_clipboard_cap() {
     if !tools_present() {
         return;

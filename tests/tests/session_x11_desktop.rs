@@ -84,6 +84,38 @@ fn monitors_config_resizes_xvfb() {
         .unwrap();
     assert!(st.success());
     geometry(&h, 1280, 800);
+    // Hostile configs: hundreds of monitors, absurd sizes and positions. Clamped, nothing crashes.
+    let many: Vec<SessionMonitor> = (0..300)
+        .map(|i| mon(u32::MAX - i, u32::MAX, i32::MIN + i as i32, i32::MAX))
+        .collect();
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: many,
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(0, 0, 0, 0)],
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 3,
+        monitors: vec![mon(1, 1, -5, -5)],
+    });
+    // 1x1 → width rounded up to the 8-pixel minimum.
+    geometry(&h, 8, 1);
+    assert!(h.alive());
+}
+
+#[test]
+fn display_loss_ends_the_agent() {
+    if !tools_present() {
+        return;
+    }
+    let mut x = Xvfb::start(640, 480);
+    let mut h = Harness::start(&x);
+    x.kill();
+    let st = h.wait_exit();
+    assert!(!st.success(), "exit status {st}");
+    assert!(h.log().contains("X11 backend stopped"), "{}", h.log());
 }
 
 fn status(h: &Harness, id: u32) -> (u32, Option<u64>, Option<u32>) {

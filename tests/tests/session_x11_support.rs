@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
@@ -71,47 +71,55 @@ pub struct Xvfb {
 }
 
 impl Xvfb {
-    /// Starts `Xvfb :N -nolisten tcp -screen 0 WxHx24` on the first free N from a per-process base.
+    /// Starts `Xvfb -displayfd 1 -nolisten tcp -screen 0 WxHx24`: the server picks a free display number itself
+    /// (under its own lock files, so parallel tests and other users never collide) and prints it when ready.
     pub fn start(width: u32, height: u32) -> Xvfb {
-        let base = 200 + (std::process::id() % 200) * 20;
-        for n in base..base + 400 {
-            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-                || Path::new(&format!("/tmp/.X{n}-lock")).exists()
-            {
-                continue;
+        let mut child = Command::new("Xvfb")
+            .args([
+                "-displayfd",
+                "1",
+                "-nolisten",
+                "tcp",
+                "-noreset",
+                "-screen",
+                "0",
+            ])
+            .arg(format!("{width}x{height}x24"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning Xvfb");
+        let mut out = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = Vec::new();
+            let mut b = [0u8; 1];
+            while let Ok(1) = out.read(&mut b) {
+                if b[0] == b'\n' {
+                    break;
+                }
+                line.push(b[0]);
             }
-            let mut child = Command::new("Xvfb")
-                .arg(format!(":{n}"))
-                .args(["-nolisten", "tcp", "-noreset", "-screen", "0"])
-                .arg(format!("{width}x{height}x24"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawning Xvfb");
-            let display = format!(":{n}");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // display taken meanwhile: try the next
-                }
-                let ok = Command::new("xrandr")
-                    .env("DISPLAY", &display)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if ok {
-                    return Xvfb { child, display };
-                }
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("Xvfb {display} did not come up");
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            let _ = tx.send(String::from_utf8_lossy(&line).trim().to_owned());
+        });
+        let n = match rx.recv_timeout(WAIT) {
+            Ok(n) if !n.is_empty() => n,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("Xvfb did not report a display number");
             }
+        };
+        Xvfb {
+            child,
+            display: format!(":{n}"),
         }
-        panic!("no free X display number");
+    }
+
+    /// Stops the server now (the agent loses its display).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// A command with DISPLAY set to this server.
@@ -301,6 +309,18 @@ impl Harness {
                 Ok(_) => {}
                 Err(_) => panic!("no {what} from guestlink-session; log:\n{}", self.log()),
             }
+        }
+    }
+
+    /// Waits (up to [`WAIT`]) for the agent to exit and returns its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "guestlink-session did not exit");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

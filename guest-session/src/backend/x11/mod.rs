@@ -23,6 +23,7 @@ use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use x11rb::connection::{Connection, RequestConnection as _};
+use x11rb::errors::{ConnectionError, ReplyError, ReplyOrIdError};
 use x11rb::protocol::xfixes::{ConnectionExt as _, SelectionEventMask};
 use x11rb::protocol::xproto::{
     Atom, ConnectionExt as _, CreateWindowAux, EventMask, PropMode, Property, Window, WindowClass,
@@ -151,6 +152,30 @@ fn sel_index(s: Selection) -> Option<usize> {
 
 const SELECTIONS: [Selection; 2] = [Selection::Clipboard, Selection::Primary];
 
+/// Keeps the thread alive through X protocol errors of single requests (a requestor window that vanished, a
+/// RandR request the server refuses): only a broken connection is fatal.
+fn survivable(r: Result<()>) -> Result<()> {
+    let Err(e) = r else { return Ok(()) };
+    let connection_lost = e.chain().any(|c| {
+        c.downcast_ref::<ConnectionError>().is_some()
+            || matches!(
+                c.downcast_ref::<ReplyError>(),
+                Some(ReplyError::ConnectionError(_))
+            )
+            || matches!(
+                c.downcast_ref::<ReplyOrIdError>(),
+                Some(ReplyOrIdError::ConnectionError(_))
+            )
+            || c.downcast_ref::<std::io::Error>().is_some()
+            || c.downcast_ref::<nix::errno::Errno>().is_some()
+    });
+    if connection_lost {
+        return Err(e);
+    }
+    tracing::warn!("X11 request failed: {e:#}");
+    Ok(())
+}
+
 /// The state owned by the X11 thread.
 pub(crate) struct X11 {
     conn: RustConnection,
@@ -256,15 +281,20 @@ impl X11 {
             loop {
                 match rx.try_recv() {
                     Ok(Command::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-                    Ok(cmd) => self.command(cmd)?,
+                    Ok(cmd) => {
+                        let r = self.command(cmd);
+                        survivable(r)?;
+                    }
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
             while let Some(ev) = self.next_event()? {
-                self.event(ev)?;
+                let r = self.event(ev);
+                survivable(r)?;
             }
             let now = Instant::now();
-            self.expire(now)?;
+            let r = self.expire(now);
+            survivable(r)?;
             self.conn.flush()?;
             if !self.pending.is_empty() {
                 continue;
