@@ -1,0 +1,420 @@
+//! Shared harness of the `session_wayland_*` tests (included with `#[path]`; as its own test target it is empty):
+//! a private headless sway per test, `guestlink-session` started against a Wayland socket, and a fake guestlinkd
+//! on a unix socket that speaks `guestlink_protocol::session`.
+//!
+//! Missing tools skip loudly, or fail when `GUESTLINK_REQUIRE_PEERS` is set.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
+use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+
+/// Generous timeout for one expected message on a loaded 2-core machine.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Whether `tools` exist; skips (prints) or panics under GUESTLINK_REQUIRE_PEERS.
+pub fn tools_present(tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t} >/dev/null")])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if peers_required() {
+        panic!(
+            "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/wayland.txt))"
+        );
+    }
+    eprintln!("\n*** SKIPPED: missing {missing:?} (apt-get install sway wl-clipboard) ***\n");
+    false
+}
+
+/// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
+pub fn session_binary() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GUESTLINK_SESSION") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "guestlink-session"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo build -p guestlink-session");
+        assert!(status.success(), "building guestlink-session failed");
+        target_dir().join("debug").join("guestlink-session")
+    })
+}
+
+/// Runs `c` with a deadline; `None` when it failed. Panics when it hangs.
+pub fn run(mut c: Command, stdin: Option<&[u8]>) -> Option<Vec<u8>> {
+    let mut child = c
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    if let Some(data) = stdin {
+        let mut i = child.stdin.take().expect("piped");
+        i.write_all(data).expect("stdin");
+    }
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let data = reader.join().expect("reader");
+            return status.success().then_some(data);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{c:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A private headless sway (as uid 65534 when we are root: sway refuses to run as root), killed on drop.
+pub struct Sway {
+    child: Child,
+    /// Holds the runtime dir (its socket) and the config.
+    pub dir: tempfile::TempDir,
+    /// `WAYLAND_DISPLAY`.
+    pub display: String,
+    /// `SWAYSOCK`.
+    pub ipc: PathBuf,
+}
+
+impl std::fmt::Debug for Sway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sway")
+            .field("display", &self.display)
+            .finish()
+    }
+}
+
+impl Sway {
+    /// Starts sway with one 1280x800 headless output and waits for its Wayland and IPC sockets.
+    pub fn start() -> Sway {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        let rt = dir.path().join("rt");
+        let home = dir.path().join("home");
+        std::fs::create_dir(&rt).expect("rt");
+        std::fs::create_dir(&home).expect("home");
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let conf = dir.path().join("sway.conf");
+        std::fs::write(&conf, "output HEADLESS-1 mode 1280x800\nxwayland disable\n").expect("conf");
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let root = nix::unistd::geteuid().is_root();
+        let mut c = if root {
+            for p in [&rt, &home] {
+                std::os::unix::fs::chown(p, Some(65534), Some(65534)).expect("chown");
+            }
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "sway"]);
+            c
+        } else {
+            Command::new("sway")
+        };
+        let log = std::fs::File::create(dir.path().join("sway.log")).expect("log");
+        c.arg("-c")
+            .arg(&conf)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("XDG_RUNTIME_DIR", &rt)
+            .env("HOME", &home)
+            .env("WLR_BACKENDS", "headless")
+            .env("WLR_LIBINPUT_NO_DEVICES", "1")
+            .env("WLR_RENDERER", "pixman")
+            .stdout(Stdio::null())
+            .stderr(log);
+        let mut child = c.spawn().expect("spawning sway");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.path().join("sway.log")).unwrap_or_default();
+                panic!("sway exited ({st}):\n{log}");
+            }
+            let names: Vec<String> = std::fs::read_dir(&rt)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let display = names
+                .iter()
+                .find(|n| n.starts_with("wayland-") && !n.ends_with(".lock"));
+            let ipc = names.iter().find(|n| n.starts_with("sway-ipc."));
+            if let (Some(d), Some(i)) = (display, ipc) {
+                let mut c = Command::new("swaymsg");
+                c.args(["-t", "get_outputs"]).env("SWAYSOCK", rt.join(i));
+                if run(c, None).is_some_and(|o| String::from_utf8_lossy(&o).contains("HEADLESS-1"))
+                {
+                    return Sway {
+                        display: d.clone(),
+                        ipc: rt.join(i),
+                        child,
+                        dir,
+                    };
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("sway did not come up");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The runtime dir (XDG_RUNTIME_DIR for clients).
+    pub fn runtime(&self) -> PathBuf {
+        self.dir.path().join("rt")
+    }
+
+    /// A client command with the Wayland environment set.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.env("XDG_RUNTIME_DIR", self.runtime())
+            .env("WAYLAND_DISPLAY", &self.display)
+            .env("SWAYSOCK", &self.ipc)
+            .env_remove("DISPLAY");
+        c
+    }
+
+    /// `swaymsg -t get_outputs` (JSON).
+    pub fn outputs(&self) -> String {
+        let mut c = self.command("swaymsg");
+        c.args(["-r", "-t", "get_outputs"]);
+        run(c, None)
+            .map(|o| String::from_utf8_lossy(&o).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// `wl-paste [--primary] --no-newline --type MIME`; `None` when it failed.
+    pub fn paste(&self, primary: bool, mime: &str) -> Option<Vec<u8>> {
+        let mut c = self.command("wl-paste");
+        if primary {
+            c.arg("--primary");
+        }
+        c.args(["--no-newline", "--type", mime]);
+        run(c, None)
+    }
+
+    /// `wl-paste [--primary] --list-types`.
+    pub fn types(&self, primary: bool) -> Vec<String> {
+        let mut c = self.command("wl-paste");
+        if primary {
+            c.arg("--primary");
+        }
+        c.arg("--list-types");
+        run(c, None)
+            .map(|o| {
+                String::from_utf8_lossy(&o)
+                    .lines()
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Polls until `mime` is offered.
+    pub fn wait_for_type(&self, primary: bool, mime: &str) {
+        let deadline = Instant::now() + WAIT;
+        while !self.types(primary).iter().any(|t| t == mime) {
+            assert!(Instant::now() < deadline, "{mime} never offered");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `wl-copy --foreground [--primary] --type MIME` fed `data` (it owns the selection until killed).
+    pub fn copy(&self, primary: bool, mime: &str, data: &[u8]) -> Child {
+        let mut c = self.command("wl-copy");
+        c.arg("--foreground");
+        if primary {
+            c.arg("--primary");
+        }
+        c.args(["--type", mime]);
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("wl-copy");
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(data).expect("feeding wl-copy");
+        drop(stdin);
+        child
+    }
+}
+
+impl Drop for Sway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.path().join("sway.log")).unwrap_or_default();
+            eprintln!("--- sway log ---\n{log}");
+        }
+    }
+}
+
+/// The fake guestlinkd plus one `guestlink-session` connected to it.
+pub struct Harness {
+    /// Temporary files (socket, runtime dir, downloads, session log).
+    pub dir: tempfile::TempDir,
+    stream: UnixStream,
+    rx: Receiver<SessionMessage>,
+    child: Child,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness").finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// Starts `guestlink-session` with `env` (WAYLAND_DISPLAY, XDG_RUNTIME_DIR, …) and does the hello exchange.
+    pub fn start(env: &[(&str, &Path)]) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = dir.path().join("session.sock");
+        std::fs::create_dir(dir.path().join("downloads")).expect("downloads");
+        let listener = UnixListener::bind(&sock).expect("bind");
+        let log = std::fs::File::create(dir.path().join("session.log")).expect("log");
+        let mut c = Command::new(session_binary());
+        c.arg("--socket")
+            .arg(&sock)
+            .arg("--download-dir")
+            .arg(dir.path().join("downloads"))
+            .arg("-v")
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .env_remove("XDG_SESSION_TYPE")
+            .env("RUST_LOG", "debug")
+            .stderr(log);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let child = c.spawn().expect("spawning guestlink-session");
+        let (stream, rx) = accept(&listener);
+        let mut h = Harness {
+            dir,
+            stream,
+            rx,
+            child,
+        };
+        h.send(&SessionMessage::Hello {
+            version: 1,
+            session_id: "test".into(),
+            capabilities: Vec::new(),
+        });
+        h.expect("hello", |m| matches!(m, SessionMessage::Hello { .. }));
+        h
+    }
+
+    /// The agent's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("session.log")).unwrap_or_default()
+    }
+
+    /// Sends one frame.
+    pub fn send(&mut self, m: &SessionMessage) {
+        let f = encode(m).expect("encode");
+        self.stream.write_all(&f).expect("write to the agent");
+    }
+
+    /// Waits for a message matching `pred` (others are skipped); panics with the log after [`WAIT`].
+    pub fn expect(&self, what: &str, pred: impl Fn(&SessionMessage) -> bool) -> SessionMessage {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(m) if pred(&m) => return m,
+                Ok(_) => {}
+                Err(_) => panic!("no {what} from guestlink-session; log:\n{}", self.log()),
+            }
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- guestlink-session log ---\n{}", self.log());
+        }
+    }
+}
+
+/// Accepts one connection (within [`WAIT`]) and starts a reader thread decoding frames.
+fn accept(listener: &UnixListener) -> (UnixStream, Receiver<SessionMessage>) {
+    listener.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + WAIT;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    Instant::now() < deadline,
+                    "guestlink-session never connected"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).expect("blocking");
+    let mut rd = stream.try_clone().expect("clone");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut dec = FrameDecoder::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match rd.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            for m in dec.feed(&buf[..n]) {
+                match m {
+                    Ok(m) => {
+                        if tx.send(m).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => panic!("bad frame from guestlink-session: {e}"),
+                }
+            }
+        }
+    });
+    (stream, rx)
+}

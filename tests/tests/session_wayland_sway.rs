@@ -1,0 +1,281 @@
+//! guestlink-session's native Wayland backend against a real headless sway 1.7 (zwlr-data-control v2,
+//! zwlr-output-management v2), checked with wl-copy/wl-paste and swaymsg, driven by a fake guestlinkd.
+//!
+//! Run: `cargo test -p guestlink-tests --test session_wayland_sway -- --nocapture` (needs sway, wl-clipboard;
+//! as root also setpriv: sway refuses to run as root, so the harness runs it as uid 65534).
+
+#[path = "session_wayland_support.rs"]
+mod support;
+
+use std::time::Instant;
+
+use guestlink_protocol::session::{SessionMessage, SessionMonitor};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use support::{tools_present, Harness, Sway};
+
+const TOOLS: &[&str] = &["sway", "swaymsg", "wl-copy", "wl-paste", "setpriv"];
+
+fn start() -> Option<(Sway, Harness)> {
+    if !tools_present(TOOLS) {
+        return None;
+    }
+    let sway = Sway::start();
+    let rt = sway.runtime();
+    let h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", std::path::Path::new(&sway.display)),
+        ("XDG_SESSION_TYPE", std::path::Path::new("wayland")),
+        ("XDG_CURRENT_DESKTOP", std::path::Path::new("sway")),
+    ]);
+    h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
+    Some((sway, h))
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a mismatch is not hidden by repetition.
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 24) as u8
+        })
+        .collect()
+}
+
+/// Host grab → wl-paste → the agent requests → the pasted bytes equal the host's. Returns the paste time.
+fn host_to_guest(
+    h: &mut Harness,
+    s: &Sway,
+    sel: Selection,
+    ty: ClipboardType,
+    mime: &str,
+    data: &[u8],
+) -> std::time::Duration {
+    let primary = sel == Selection::Primary;
+    h.send(&SessionMessage::ClipboardGrab {
+        selection: sel,
+        types: vec![ty],
+    });
+    s.wait_for_type(primary, mime);
+    let t = Instant::now();
+    let paste = std::thread::scope(|sc| {
+        let p = sc.spawn(|| s.paste(primary, mime));
+        h.expect("clipboard request", |m| {
+            matches!(m, SessionMessage::ClipboardRequest { selection, data_type } if *selection == sel && *data_type == ty)
+        });
+        h.send(&SessionMessage::ClipboardData {
+            selection: sel,
+            data_type: ty,
+            data: data.to_vec(),
+        });
+        p.join().expect("paste thread")
+    });
+    let elapsed = t.elapsed();
+    let paste = paste.expect("wl-paste failed");
+    assert_eq!(paste.len(), data.len(), "pasted length");
+    assert!(paste == data, "pasted bytes differ");
+    elapsed
+}
+
+/// wl-copy → GRAB with `ty` → REQUEST → the data equals what was copied. Returns the request time.
+fn guest_to_host(
+    h: &mut Harness,
+    s: &Sway,
+    sel: Selection,
+    ty: ClipboardType,
+    mime: &str,
+    data: &[u8],
+) -> (std::process::Child, std::time::Duration) {
+    let primary = sel == Selection::Primary;
+    let copier = s.copy(primary, mime, data);
+    h.expect("clipboard grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { selection, types } if *selection == sel && types.contains(&ty))
+    });
+    let t = Instant::now();
+    h.send(&SessionMessage::ClipboardRequest {
+        selection: sel,
+        data_type: ty,
+    });
+    let m = h.expect(
+        "clipboard data",
+        |m| matches!(m, SessionMessage::ClipboardData { selection, .. } if *selection == sel),
+    );
+    let elapsed = t.elapsed();
+    let SessionMessage::ClipboardData {
+        data_type,
+        data: got,
+        ..
+    } = m
+    else {
+        unreachable!()
+    };
+    assert_eq!(data_type, ty);
+    assert_eq!(got.len(), data.len(), "received length");
+    assert!(got == data, "received bytes differ");
+    (copier, elapsed)
+}
+
+#[test]
+fn detection_and_host_text_to_guest_clipboard_and_primary() {
+    let Some((s, mut h)) = start() else { return };
+    let log = h.log();
+    assert!(
+        log.contains("backend wayland") && log.contains("zwlr-data-control-v1"),
+        "detection not logged:\n{log}"
+    );
+    let text = "héllo from the host ✓\nline 2";
+    host_to_guest(
+        &mut h,
+        &s,
+        Selection::Clipboard,
+        ClipboardType::Utf8Text,
+        "text/plain;charset=utf-8",
+        text.as_bytes(),
+    );
+    host_to_guest(
+        &mut h,
+        &s,
+        Selection::Primary,
+        ClipboardType::Utf8Text,
+        "text/plain",
+        b"primary text",
+    );
+    // Cached for the grab: another paste as another text type needs no new request.
+    assert_eq!(
+        s.paste(false, "UTF8_STRING").as_deref(),
+        Some(text.as_bytes())
+    );
+    // The host's release empties the guest clipboard.
+    h.send(&SessionMessage::ClipboardRelease {
+        selection: Selection::Clipboard,
+    });
+    let deadline = Instant::now() + support::WAIT;
+    while s.types(false).iter().any(|t| t.starts_with("text/")) {
+        assert!(
+            Instant::now() < deadline,
+            "clipboard still offered after release"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn guest_text_and_png_reach_host_and_release() {
+    let Some((s, mut h)) = start() else { return };
+    let (mut c1, _) = guest_to_host(
+        &mut h,
+        &s,
+        Selection::Clipboard,
+        ClipboardType::Utf8Text,
+        "text/plain;charset=utf-8",
+        "guest text ✓".as_bytes(),
+    );
+    let png = noise(300_000, 7);
+    let (mut c2, _) = guest_to_host(
+        &mut h,
+        &s,
+        Selection::Clipboard,
+        ClipboardType::ImagePng,
+        "image/png",
+        &png,
+    );
+    let _ = c1.kill();
+    let _ = c1.wait();
+    let (mut c3, _) = guest_to_host(
+        &mut h,
+        &s,
+        Selection::Primary,
+        ClipboardType::Utf8Text,
+        "text/plain",
+        b"guest primary",
+    );
+    // wl-copy --clear empties CLIPBOARD: the agent tells the host.
+    let mut clear = s.command("wl-copy");
+    clear.arg("--clear");
+    assert!(support::run(clear, None).is_some(), "wl-copy --clear");
+    h.expect("clipboard release", |m| {
+        matches!(m, SessionMessage::ClipboardRelease { selection } if *selection == Selection::Clipboard)
+    });
+    for c in [&mut c2, &mut c3] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn sixteen_mib_each_way() {
+    let Some((s, mut h)) = start() else { return };
+    let big = noise(16 << 20, 11);
+    let down = host_to_guest(
+        &mut h,
+        &s,
+        Selection::Clipboard,
+        ClipboardType::ImagePng,
+        "image/png",
+        &big,
+    );
+    let big2 = noise(16 << 20, 13);
+    let (mut c, up) = guest_to_host(
+        &mut h,
+        &s,
+        Selection::Clipboard,
+        ClipboardType::ImagePng,
+        "image/png",
+        &big2,
+    );
+    let _ = c.kill();
+    let _ = c.wait();
+    eprintln!(
+        "BENCH wayland clipboard 16 MiB: host->guest (agent + wl-paste) {:.0} ms, guest->host (wl-copy + agent) {:.0} ms",
+        down.as_secs_f64() * 1e3,
+        up.as_secs_f64() * 1e3
+    );
+}
+
+#[test]
+fn max_clipboard_cap_refuses_larger_guest_data() {
+    let Some((s, mut h)) = start() else { return };
+    h.send(&SessionMessage::MaxClipboard { max: 1000 });
+    let mut c = s.copy(false, "text/plain", &[b'x'; 5000]);
+    h.expect("clipboard grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { selection, .. } if *selection == Selection::Clipboard)
+    });
+    h.send(&SessionMessage::ClipboardRequest {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+    });
+    h.expect("empty clipboard data", |m| {
+        matches!(m, SessionMessage::ClipboardData { data_type, data, .. } if *data_type == ClipboardType::None && data.is_empty())
+    });
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn monitors_config_sets_a_custom_mode() {
+    let Some((s, mut h)) = start() else { return };
+    for (w, hh) in [(1024u32, 768u32), (1600, 900)] {
+        h.send(&SessionMessage::MonitorsConfig {
+            flags: 0,
+            monitors: vec![SessionMonitor {
+                width: w,
+                height: hh,
+                depth: 32,
+                x: 0,
+                y: 0,
+                mm_width: None,
+                mm_height: None,
+            }],
+        });
+        h.expect(&format!("geometry {w}x{hh}"), |m| {
+            matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == w && monitors[0].height == hh)
+        });
+        let outputs = s.outputs();
+        assert!(
+            outputs.contains(&format!("\"width\": {w}"))
+                && outputs.contains(&format!("\"height\": {hh}")),
+            "swaymsg does not show {w}x{hh}:\n{outputs}"
+        );
+    }
+}
