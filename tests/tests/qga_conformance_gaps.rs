@@ -601,3 +601,32 @@ both_agents! {
         finish(agent, c);
     }
 }
+
+both_agents! {
+    /// Proxmox's framing (QMPClient.pm): a fresh connection per command, sync-delimited and the command in one
+    /// write without a leading 0xFF; the reply must be `\xff<sync reply>\n<command reply>\n`. libvirt's framing:
+    /// plain guest-sync with a millisecond timestamp id (beyond 32 bits).
+    fn host_client_framings(kind) {
+        let Some(mut agent) = Agent::start(kind, &[]) else { return };
+        drop(agent.connect());
+        for seq in 1..=3 {
+            let mut c = Client::connect(&agent.sock, Duration::from_secs(10)).expect("connect");
+            let id = format!("{}0{seq}", std::process::id()).parse::<i64>().expect("id");
+            let req = format!(
+                "{{\"execute\":\"guest-sync-delimited\",\"arguments\":{{\"id\":{id}}}}}\n{{\"execute\":\"guest-get-host-name\"}}\n"
+            );
+            c.send_raw(req.as_bytes());
+            let before = c.read_through_ff();
+            assert_eq!(before, vec![0xFF], "nothing may precede the 0xFF on a clean stream");
+            assert_eq!(c.recv(), json!({ "return": id }));
+            assert!(c.recv()["return"]["host-name"].is_string());
+            drop(c);
+        }
+        let mut c = Client::connect(&agent.sock, Duration::from_secs(10)).expect("connect");
+        let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+        c.send(&json!({"execute": "guest-sync", "arguments": {"id": ms}}));
+        assert_eq!(c.recv(), json!({ "return": ms }));
+        c.ping();
+        finish(agent, c);
+    }
+}
