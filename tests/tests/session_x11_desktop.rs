@@ -106,6 +106,73 @@ fn monitors_config_resizes_xvfb() {
 }
 
 #[test]
+fn multi_monitor_positions_on_xorg_dummy() {
+    if !tools_present() {
+        return;
+    }
+    let Some(x) = Xvfb::start_xorg_dummy() else {
+        return;
+    };
+    let mut h = Harness::start(&x);
+    let rect = |g: &GeometryMonitor| (g.display_id, g.x, g.y, g.width, g.height);
+    // Side by side, with positions (shifted so that the top-left is 0,0).
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1024, 768, 100, 100), mon(800, 600, 1124, 100)],
+    });
+    let g = geometry(&h, 1024, 768);
+    assert_eq!(
+        g.iter().map(rect).collect::<Vec<_>>(),
+        [(0, 0, 0, 1024, 768), (1, 1024, 0, 800, 600)]
+    );
+    let xr = x.xrandr();
+    assert!(xr.contains("current 1824 x 768"), "{xr}");
+    assert!(xr.contains("DUMMY1 connected 800x600+1024+0"), "{xr}");
+    // Stacked vertically; without USE_POS the same two would be side by side.
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(640, 480, 0, 0), mon(640, 480, 0, 480)],
+    });
+    let g = geometry(&h, 640, 480);
+    assert_eq!(
+        g.iter().map(rect).collect::<Vec<_>>(),
+        [(0, 0, 0, 640, 480), (1, 0, 480, 640, 480)]
+    );
+    assert!(x.xrandr().contains("current 640 x 960"));
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(720, 400, 0, 0), mon(720, 400, 0, 480)],
+    });
+    let g = geometry(&h, 720, 400);
+    assert_eq!(
+        g.iter().map(rect).collect::<Vec<_>>(),
+        [(0, 0, 0, 720, 400), (1, 720, 0, 720, 400)]
+    );
+    // Sparse config: display 1 disabled, display 2 enabled; then back to one monitor.
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![
+            mon(1280, 720, 0, 0),
+            mon(0, 0, 0, 0),
+            mon(1280, 720, 1280, 0),
+        ],
+    });
+    let g = geometry(&h, 1280, 720);
+    assert_eq!(
+        g.iter().map(rect).collect::<Vec<_>>(),
+        [(0, 0, 0, 1280, 720), (2, 1280, 0, 1280, 720)]
+    );
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1920, 1080, 0, 0)],
+    });
+    let g = geometry(&h, 1920, 1080);
+    assert_eq!(g.len(), 1);
+    let xr = x.xrandr();
+    assert!(xr.contains("current 1920 x 1080"), "{xr}");
+}
+
+#[test]
 fn display_loss_ends_the_agent() {
     if !tools_present() {
         return;

@@ -66,6 +66,7 @@ pub fn session_binary() -> &'static PathBuf {
 #[derive(Debug)]
 pub struct Xvfb {
     child: Child,
+    _config: Option<tempfile::TempDir>,
     /// `:N`.
     pub display: String,
 }
@@ -89,31 +90,68 @@ impl Xvfb {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawning Xvfb");
-        let mut out = child.stdout.take().expect("piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = Vec::new();
-            let mut b = [0u8; 1];
-            while let Ok(1) = out.read(&mut b) {
-                if b[0] == b'\n' {
-                    break;
-                }
-                line.push(b[0]);
-            }
-            let _ = tx.send(String::from_utf8_lossy(&line).trim().to_owned());
-        });
-        let n = match rx.recv_timeout(WAIT) {
-            Ok(n) if !n.is_empty() => n,
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("Xvfb did not report a display number");
-            }
+        let Some(n) = read_display(&mut child) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("Xvfb did not report a display number");
         };
         Xvfb {
             child,
+            _config: None,
             display: format!(":{n}"),
         }
+    }
+
+    /// Starts Xorg with the dummy driver (16 RandR 1.2 outputs `DUMMY0..15`, screen up to 32767²), or `None`
+    /// (after a loud message; a failure under GUESTLINK_REQUIRE_PEERS) when Xorg or the driver is missing.
+    pub fn start_xorg_dummy() -> Option<Xvfb> {
+        let xorg = ["/usr/lib/xorg/Xorg", "/usr/bin/Xorg"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists());
+        let driver = std::path::Path::new("/usr/lib/xorg/modules/drivers/dummy_drv.so").exists();
+        let Some(xorg) = xorg.filter(|_| driver) else {
+            assert!(
+                !peers_required(),
+                "Xorg or its dummy driver is missing but GUESTLINK_REQUIRE_PEERS is set (.ci/apt.d/session.txt)"
+            );
+            eprintln!(
+                "\n*** SKIPPED: apt-get install xserver-xorg-core xserver-xorg-video-dummy ***\n"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conf = dir.path().join("xorg.conf");
+        std::fs::write(&conf, XORG_DUMMY_CONF).expect("xorg.conf");
+        let mut child = Command::new(xorg)
+            .args([
+                "-displayfd",
+                "1",
+                "-noreset",
+                "-nolisten",
+                "tcp",
+                "-sharevts",
+                "-novtswitch",
+            ])
+            .arg("-config")
+            .arg(&conf)
+            .arg("-logfile")
+            .arg(dir.path().join("xorg.log"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning Xorg");
+        let n = read_display(&mut child);
+        let Some(n) = n else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.path().join("xorg.log")).unwrap_or_default();
+            panic!("Xorg (dummy) did not start; log:\n{log}");
+        };
+        Some(Xvfb {
+            child,
+            _config: Some(dir),
+            display: format!(":{n}"),
+        })
     }
 
     /// Stops the server now (the agent loses its display).
@@ -203,6 +241,48 @@ impl Xvfb {
         drop(stdin);
         child
     }
+}
+
+/// xorg.conf for the dummy driver: enough video memory for a 4096×2160 virtual screen.
+const XORG_DUMMY_CONF: &str = r#"
+Section "Device"
+    Identifier "dummy"
+    Driver "dummy"
+    VideoRam 256000
+EndSection
+Section "Monitor"
+    Identifier "mon"
+    HorizSync 5.0-1000.0
+    VertRefresh 5.0-200.0
+EndSection
+Section "Screen"
+    Identifier "screen"
+    Device "dummy"
+    Monitor "mon"
+    DefaultDepth 24
+    SubSection "Display"
+        Depth 24
+        Virtual 4096 2160
+    EndSubSection
+EndSection
+"#;
+
+/// Reads the display number an X server prints on `-displayfd 1` (within [`WAIT`]).
+fn read_display(child: &mut Child) -> Option<String> {
+    let mut out = child.stdout.take()?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while let Ok(1) = out.read(&mut b) {
+            if b[0] == b'\n' {
+                break;
+            }
+            line.push(b[0]);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&line).trim().to_owned());
+    });
+    rx.recv_timeout(WAIT).ok().filter(|n| !n.is_empty())
 }
 
 impl Drop for Xvfb {
