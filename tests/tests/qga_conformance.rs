@@ -24,9 +24,9 @@ fn finish(agent: Agent, client: Client) {
     agent.stop();
 }
 
-/// Polls guest-exec-status until `exited` (≤ 10 s); returns the final status.
+/// Polls guest-exec-status until `exited` (≤ 30 s); returns the final status.
 fn exec_wait(c: &mut Client, pid: &Value) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let st = c.ok("guest-exec-status", Some(json!({ "pid": pid })));
         if st["exited"] == json!(true) {
