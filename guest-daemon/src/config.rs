@@ -322,8 +322,14 @@ impl Config {
         kf.set_string(G, "statedir", &self.statedir);
         kf.set_bool(G, "verbose", self.verbose);
         kf.set_bool(G, "retry-path", self.retry_path);
-        kf.set_string(G, "block-rpcs", &self.block_rpcs.join(","));
-        kf.set_string(G, "allow-rpcs", &self.allow_rpcs.join(","));
+        // qemu-ga always writes block-rpcs and writes allow-rpcs only when set (>= 8.1). An empty block list is left
+        // out next to an allow list so that the dump reads back: both keys in one file are an error.
+        if !self.block_rpcs.is_empty() || self.allow_rpcs.is_empty() {
+            kf.set_string(G, "block-rpcs", &self.block_rpcs.join(","));
+        }
+        if !self.allow_rpcs.is_empty() {
+            kf.set_string(G, "allow-rpcs", &self.allow_rpcs.join(","));
+        }
         const L: &str = "guestlink";
         let g = &self.guestlink;
         kf.set_string(L, "auto-thaw", &g.auto_thaw_secs.to_string());
@@ -438,16 +444,30 @@ mod tests {
     }
 
     #[test]
+    fn dump_reads_back_with_either_list() {
+        let dir = tempfile::tempdir().unwrap();
+        for args in [["-b", "guest-ping,guest-info"], ["-a", "guest-ping,guest-info"]] {
+            let mut full = vec!["-t", "/tmp/x"];
+            full.extend_from_slice(&args);
+            let cfg = load(&full, None, None).unwrap();
+            let file = dir.path().join("dump.conf");
+            std::fs::write(&file, cfg.dump()).unwrap();
+            let back = load(&["-c", file.to_str().unwrap()], Some(&file), None).unwrap();
+            assert_eq!(back.block_rpcs, cfg.block_rpcs, "{args:?}");
+            assert_eq!(back.allow_rpcs, cfg.allow_rpcs, "{args:?}");
+        }
+    }
+
+    #[test]
     fn defaults_and_dump_match_qemu_ga() {
         let cfg = load(&["-t", "/tmp/x"], None, None).unwrap();
         let dump = cfg.dump();
-        // Byte-identical to Debian's qemu-ga 7.2 `-D -t /tmp/x` except the added allow-rpcs (>= 8.1) and the
-        // trailing [guestlink] group.
+        // Byte-identical to Debian's qemu-ga 7.2 `-D -t /tmp/x` except the trailing [guestlink] group.
         assert!(
             dump.starts_with(
                 "[general]\ndaemon=false\nmethod=virtio-serial\npath=/dev/virtio-ports/org.qemu.guest_agent.0\n\
              pidfile=/var/run/qemu-ga.pid\nstatedir=/tmp/x\nverbose=false\nretry-path=false\nblock-rpcs=\n\
-             allow-rpcs=\n\n[guestlink]\nauto-thaw=600\n"
+             \n[guestlink]\nauto-thaw=600\n"
             ),
             "{dump}"
         );
