@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use guestlink_protocol::vdagent::ClipboardType;
-use x11rb::protocol::xfixes::SelectionNotifyEvent as XfixesSelectionNotifyEvent;
+use x11rb::protocol::xfixes::{SelectionEvent, SelectionNotifyEvent as XfixesSelectionNotifyEvent};
 use x11rb::protocol::xproto::{
     Atom, AtomEnum, ConnectionExt as _, PropertyNotifyEvent, SelectionNotifyEvent, Window,
 };
@@ -88,7 +88,8 @@ impl X11 {
         }
         let was_announced = self.read.guest[sel].as_ref().is_some_and(|g| g.announced);
         self.abort_read(sel);
-        if e.owner == NONE {
+        // Window-destroy and client-close notifications mean the selection has no owner any more.
+        if e.owner == NONE || e.subtype != SelectionEvent::SET_SELECTION_OWNER {
             self.read.guest[sel] = None;
             if was_announced {
                 tracing::debug!(sel, "guest selection owner gone");
