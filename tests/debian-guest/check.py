@@ -198,14 +198,19 @@ def main():
         "same-mount-namespace": ["/bin/sh", "-c", 'test "$(readlink /proc/1/ns/mnt)" = "$(readlink /proc/self/ns/mnt)"'],
         "root-writable": ["/bin/sh", "-c", "touch /etc/guestlink-probe && rm /etc/guestlink-probe"],
     }
+    exec_hangs = False
     for name, argv in probes.items():
         if "guest-exec" not in enabled:
             log(f"probe {name}: skipped, guest-exec is not enabled in this guestlinkd")
+            continue
+        if exec_hangs:
+            failures.append(f"probe {name}: not run, an earlier guest-exec never reported its exit")
             continue
         try:
             code, out, err = guest_exec(agent, argv, timeout=30)
         except TimeoutError as e:
             failures.append(f"probe {name}: {e}")
+            exec_hangs = True
             continue
         except RuntimeError as e:
             if UNSUPPORTED in str(e):
