@@ -105,7 +105,14 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
                 tracing::info!(?plan, "backend wayland: {}", plan.why);
                 return Box::new(b);
             }
-            Ok((None, plan)) => tracing::info!(?plan, "no native Wayland backend: {}", plan.why),
+            Ok((None, plan)) => {
+                tracing::info!(?plan, "no native Wayland backend: {}", plan.why);
+                if plan.resize == detect::ResizeBackend::MutterDisplayConfig {
+                    if let Some(b) = wayland::gnome(events.clone(), &plan) {
+                        return b;
+                    }
+                }
+            }
             Err(e) => tracing::warn!("Wayland backend failed to start: {e:#}"),
         }
     }

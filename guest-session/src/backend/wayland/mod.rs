@@ -10,7 +10,10 @@
 mod clipboard;
 mod data_control;
 mod io;
+mod mutter;
 mod output;
+
+pub use mutter::{GnomeBackend, MutterResize};
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -352,4 +355,41 @@ impl ReleaseIfPossible for wayland_client::protocol::wl_output::WlOutput {
             self.release();
         }
     }
+}
+
+/// GNOME (no data-control): Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `plan` says
+/// so (its RandR geometry is filtered out: mutter's layout is the one reported). `None` when DisplayConfig does not
+/// answer (the caller falls back to X11 alone).
+pub fn gnome(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>> {
+    let resize = match MutterResize::start(events.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("Mutter DisplayConfig unavailable: {e:#}");
+            return None;
+        }
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let forward = events.clone();
+    tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            if !matches!(ev, BackendEvent::Geometry(_)) && forward.send(ev).is_err() {
+                return;
+            }
+        }
+    });
+    let clipboard: Box<dyn DesktopBackend> = match plan.clipboard {
+        ClipboardBackend::X11 => match super::x11::X11Backend::start(tx.clone()) {
+            Ok(b) => Box::new(b),
+            Err(e) => {
+                tracing::warn!("X11 clipboard on Xwayland failed to start: {e:#}");
+                Box::new(super::null::NullBackend::new(tx))
+            }
+        },
+        _ => Box::new(super::null::NullBackend::new(tx)),
+    };
+    tracing::info!(
+        clipboard = clipboard.name(),
+        "backend gnome: Mutter DisplayConfig resize"
+    );
+    Some(Box::new(GnomeBackend::new(clipboard, resize)))
 }

@@ -1,0 +1,228 @@
+//! guestlink-session on GNOME: resize through `org.gnome.Mutter.DisplayConfig` against a real mutter 43
+//! (`mutter --nested` inside a private Xvfb, with dummy modes from `MUTTER_DEBUG_DUMMY_MODE_SPECS`, on a private
+//! dbus-daemon), checked with `gdbus call … GetCurrentState`. Headless mutter has a single-mode virtual monitor,
+//! so it cannot show a resize (see docs/wayland.md).
+//!
+//! Run: `cargo test -p guestlink-tests --test session_wayland_mutter` (needs mutter, Xvfb, dbus-daemon, gdbus).
+
+#[path = "session_wayland_support.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{SessionMessage, SessionMonitor};
+use support::{run, tools_present, Harness, WAIT};
+
+const TOOLS: &[&str] = &["mutter", "Xvfb", "dbus-daemon", "gdbus", "xdpyinfo"];
+
+/// Stops a child with SIGTERM (mutter then stops its Xwayland), SIGKILL after 10 s.
+fn stop(child: &mut Child) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Xvfb + dbus-daemon + nested mutter, stopped on drop (mutter first).
+struct Mutter {
+    procs: Vec<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Mutter {
+    fn start() -> Mutter {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = dir.path().join("rt");
+        std::fs::create_dir(&rt).expect("rt");
+        let mut procs = Vec::new();
+        // A free X display for the Xvfb that hosts the nested mutter.
+        let base = 600 + (std::process::id() % 100) * 20;
+        let mut display = None;
+        for n in base..base + 400 {
+            if Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
+                || Path::new(&format!("/tmp/.X{n}-lock")).exists()
+            {
+                continue;
+            }
+            let child = Command::new("Xvfb")
+                .arg(format!(":{n}"))
+                .args(["-nolisten", "tcp", "-screen", "0", "1920x1200x24"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("Xvfb");
+            procs.push(child);
+            let deadline = Instant::now() + WAIT;
+            let mut up = false;
+            while Instant::now() < deadline {
+                let mut c = Command::new("xdpyinfo");
+                c.env("DISPLAY", format!(":{n}"));
+                if run(c, None).is_some() {
+                    up = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            assert!(up, "Xvfb :{n} did not come up");
+            display = Some(format!(":{n}"));
+            break;
+        }
+        let display = display.expect("no free X display");
+        let bus = format!("unix:path={}", rt.join("bus").display());
+        procs.push(
+            Command::new("dbus-daemon")
+                .args(["--session", "--nofork", "--address", &bus])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("dbus-daemon"),
+        );
+        let log = std::fs::File::create(dir.path().join("mutter.log")).expect("log");
+        procs.push(
+            Command::new("mutter")
+                .args(["--nested", "--wayland", "--wayland-display=wayland-gl"])
+                .env("DISPLAY", &display)
+                .env("XDG_RUNTIME_DIR", &rt)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .env(
+                    "MUTTER_DEBUG_DUMMY_MODE_SPECS",
+                    "1280x800:1920x1080:1280x720:1024x768:800x600",
+                )
+                .env_remove("WAYLAND_DISPLAY")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("mutter"),
+        );
+        let m = Mutter { procs, dir };
+        let deadline = Instant::now() + WAIT;
+        while !(rt.join("wayland-gl").exists() && m.state().contains("is-current")) {
+            assert!(Instant::now() < deadline, "mutter did not come up");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        m
+    }
+
+    fn rt(&self) -> std::path::PathBuf {
+        self.dir.path().join("rt")
+    }
+
+    fn bus(&self) -> String {
+        format!("unix:path={}", self.rt().join("bus").display())
+    }
+
+    /// `gdbus call … GetCurrentState` as text ("" while mutter is not up).
+    fn state(&self) -> String {
+        let mut c = Command::new("gdbus");
+        c.env("DBUS_SESSION_BUS_ADDRESS", self.bus()).args([
+            "call",
+            "--session",
+            "--dest",
+            "org.gnome.Mutter.DisplayConfig",
+            "--object-path",
+            "/org/gnome/Mutter/DisplayConfig",
+            "--method",
+            "org.gnome.Mutter.DisplayConfig.GetCurrentState",
+        ]);
+        run(c, None)
+            .map(|o| String::from_utf8_lossy(&o).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The current mode id ("1024x768@60.000"), from GetCurrentState's text.
+    fn current_mode(&self) -> Option<String> {
+        self.state()
+            .split("('")
+            .find(|p| p.contains("'is-current': <true>"))
+            .and_then(|p| p.split('\'').next())
+            .map(String::from)
+    }
+}
+
+impl Drop for Mutter {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            stop(p);
+        }
+        if std::thread::panicking() {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("mutter.log")).unwrap_or_default();
+            eprintln!("--- mutter log ---\n{log}");
+        }
+    }
+}
+
+fn monitor(width: u32, height: u32) -> SessionMonitor {
+    SessionMonitor {
+        width,
+        height,
+        depth: 32,
+        x: 0,
+        y: 0,
+        mm_width: None,
+        mm_height: None,
+    }
+}
+
+#[test]
+fn display_config_applies_listed_modes_and_refuses_others() {
+    if !tools_present(TOOLS) {
+        return;
+    }
+    let m = Mutter::start();
+    let rt = m.rt();
+    let bus = m.bus();
+    let mut h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", Path::new("wayland-gl")),
+        ("XDG_CURRENT_DESKTOP", Path::new("GNOME")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
+    ]);
+    h.expect("initial geometry", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == 1280 && monitors[0].height == 800)
+    });
+    assert!(h.log().contains("backend gnome"), "{}", h.log());
+    for (w, hh) in [(1024u32, 768u32), (800, 600), (1920, 1080)] {
+        h.send(&SessionMessage::MonitorsConfig {
+            flags: 0,
+            monitors: vec![monitor(w, hh)],
+        });
+        h.expect(&format!("geometry {w}x{hh}"), |m| {
+            matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == w && monitors[0].height == hh)
+        });
+        let cur = m.current_mode().unwrap_or_default();
+        assert!(
+            cur.starts_with(&format!("{w}x{hh}@")),
+            "mutter's current mode is {cur:?}, not {w}x{hh}"
+        );
+    }
+    // 1600x900 is not among mutter's modes: it cannot be created, the monitor keeps 1920x1080.
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![monitor(1600, 900)],
+    });
+    h.expect("geometry unchanged", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == 1920)
+    });
+    let deadline = Instant::now() + WAIT;
+    while !h.log().contains("mutter does not list this mode") {
+        assert!(
+            Instant::now() < deadline,
+            "no warning about 1600x900:\n{}",
+            h.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(m
+        .current_mode()
+        .is_some_and(|c| c.starts_with("1920x1080@")));
+}
