@@ -47,6 +47,25 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Tells systemd (`Type=notify` user unit) that the agent is up, if `$NOTIFY_SOCKET` is set.
+fn notify_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let path = path.to_string_lossy().into_owned();
+    let addr = match path.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
+        None => SocketAddr::from_pathname(&path),
+    };
+    let sent =
+        UnixDatagram::unbound().and_then(|s| addr.and_then(|a| s.send_to_addr(b"READY=1", &a)));
+    if let Err(e) = sent {
+        tracing::warn!("sd_notify READY to {path}: {e}");
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     init_logging(cli.verbose);
@@ -71,6 +90,7 @@ fn main() -> Result<()> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let backend = backend::select(tx);
         tracing::info!(backend = backend.name(), features = ?backend.features(), "backend");
+        notify_ready();
         let files = files::FileReceiver::new(download_dir);
         let mut agent = connection::Agent::new(cli.socket, backend, rx, files);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -322,7 +322,15 @@ fn single_instance_and_reconnect() {
         return;
     }
     let x = Xvfb::start(640, 480);
-    let mut h = Harness::start(&x);
+    // systemd readiness: READY=1 on $NOTIFY_SOCKET once the backend is up.
+    let dir = tempfile::tempdir().unwrap();
+    let notify_path = dir.path().join("notify");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(support::WAIT)).unwrap();
+    let mut h = Harness::start_in(&x, dir, &[("NOTIFY_SOCKET", &notify_path)]);
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).expect("no sd_notify datagram");
+    assert_eq!(&buf[..n], b"READY=1");
     // A second agent for the same user and display exits at once (status 0) and says why.
     let out = std::process::Command::new(support::session_binary())
         .args(["--socket", "/nonexistent/sock"])

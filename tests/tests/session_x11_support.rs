@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
@@ -306,7 +306,11 @@ pub struct Harness {
 impl Harness {
     /// Starts `guestlink-session` on `x` and accepts its connection; the hello exchange is done.
     pub fn start(x: &Xvfb) -> Harness {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Self::start_in(x, tempfile::tempdir().expect("tempdir"), &[])
+    }
+
+    /// [`Harness::start`] in `dir` with extra environment variables.
+    pub fn start_in(x: &Xvfb, dir: tempfile::TempDir, env: &[(&str, &Path)]) -> Harness {
         let sock = dir.path().join("session.sock");
         let runtime = dir.path().join("runtime");
         std::fs::create_dir(&runtime).expect("runtime dir");
@@ -322,6 +326,7 @@ impl Harness {
             .env("DISPLAY", &x.display)
             .env("XDG_RUNTIME_DIR", &runtime)
             .env_remove("WAYLAND_DISPLAY")
+            .envs(env.iter().copied())
             .stderr(log)
             .spawn()
             .expect("spawning guestlink-session");
