@@ -19,6 +19,9 @@ use crate::files::FileReceiver;
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
+/// How long a full outgoing queue may block before the connection is dropped.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a daemon connection ended.
 enum End {
     /// The daemon went away (EOF, I/O or fatal framing error).
@@ -83,6 +86,15 @@ fn frame(msg: &SessionMessage) -> Option<Vec<u8>> {
             }
         }
     }
+}
+
+/// Queues a frame for the writer; `false` when the writer is gone or the daemon stopped reading for
+/// [`SEND_TIMEOUT`] (the queue stayed full).
+async fn send(out: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) -> bool {
+    matches!(
+        tokio::time::timeout(SEND_TIMEOUT, out.send(frame)).await,
+        Ok(Ok(()))
+    )
 }
 
 impl Agent {
@@ -161,12 +173,12 @@ impl Agent {
             capabilities: self.capabilities(),
         };
         if let Some(f) = frame(&hello) {
-            let _ = out.send(f).await;
+            let _ = send(&out, f).await;
         }
         self.backend.resync();
         let mut decoder = FrameDecoder::new();
         let mut buf = vec![0u8; 256 * 1024];
-        let end = loop {
+        let end = 'conn: loop {
             tokio::select! {
                 r = rd.read(&mut buf) => {
                     let n = match r {
@@ -179,7 +191,9 @@ impl Agent {
                             Ok(msg) => {
                                 for reply in self.handle(msg) {
                                     if let Some(f) = frame(&reply) {
-                                        let _ = out.send(f).await;
+                                        if !send(&out, f).await {
+                                            break 'conn End::Lost("daemon not reading".into());
+                                        }
                                     }
                                 }
                             }
@@ -196,7 +210,7 @@ impl Agent {
                         break End::Fatal(e);
                     }
                     if let Some(f) = to_message(ev).as_ref().and_then(frame) {
-                        if out.send(f).await.is_err() {
+                        if !send(&out, f).await {
                             break End::Lost("writer stopped".into());
                         }
                     }
