@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
 
 /// Generous timeout for one expected message on a loaded 2-core machine.
@@ -104,16 +105,32 @@ pub struct Sway {
     child: Child,
     /// Holds the runtime dir (its socket) and the config.
     pub dir: tempfile::TempDir,
+    /// Wayland clients of this compositor (wl-copy, wl-paste, swaymsg).
+    pub wl: Clients,
+}
+
+impl std::ops::Deref for Sway {
+    type Target = Clients;
+    fn deref(&self) -> &Clients {
+        &self.wl
+    }
+}
+
+/// How to run Wayland clients against one compositor.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// `XDG_RUNTIME_DIR`.
+    pub runtime: PathBuf,
     /// `WAYLAND_DISPLAY`.
     pub display: String,
-    /// `SWAYSOCK`.
-    pub ipc: PathBuf,
+    /// `SWAYSOCK` (sway only).
+    pub ipc: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Sway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sway")
-            .field("display", &self.display)
+            .field("display", &self.wl.display)
             .finish()
     }
 }
@@ -179,8 +196,11 @@ impl Sway {
                 if run(c, None).is_some_and(|o| String::from_utf8_lossy(&o).contains("HEADLESS-1"))
                 {
                     return Sway {
-                        display: d.clone(),
-                        ipc: rt.join(i),
+                        wl: Clients {
+                            runtime: rt.clone(),
+                            display: d.clone(),
+                            ipc: Some(rt.join(i)),
+                        },
                         child,
                         dir,
                     };
@@ -194,19 +214,23 @@ impl Sway {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
 
+impl Clients {
     /// The runtime dir (XDG_RUNTIME_DIR for clients).
     pub fn runtime(&self) -> PathBuf {
-        self.dir.path().join("rt")
+        self.runtime.clone()
     }
 
     /// A client command with the Wayland environment set.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(program);
-        c.env("XDG_RUNTIME_DIR", self.runtime())
+        c.env("XDG_RUNTIME_DIR", &self.runtime)
             .env("WAYLAND_DISPLAY", &self.display)
-            .env("SWAYSOCK", &self.ipc)
             .env_remove("DISPLAY");
+        if let Some(ipc) = &self.ipc {
+            c.env("SWAYSOCK", ipc);
+        }
         c
     }
 
@@ -417,4 +441,227 @@ fn accept(listener: &UnixListener) -> (UnixStream, Receiver<SessionMessage>) {
         }
     });
     (stream, rx)
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a mismatch is not hidden by repetition.
+pub fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 24) as u8
+        })
+        .collect()
+}
+
+/// Host grab → wl-paste → the agent requests → the pasted bytes equal the host's. Returns the paste time.
+pub fn host_to_guest(
+    h: &mut Harness,
+    s: &Clients,
+    sel: Selection,
+    ty: ClipboardType,
+    mime: &str,
+    data: &[u8],
+) -> std::time::Duration {
+    let primary = sel == Selection::Primary;
+    h.send(&SessionMessage::ClipboardGrab {
+        selection: sel,
+        types: vec![ty],
+    });
+    s.wait_for_type(primary, mime);
+    let t = Instant::now();
+    let paste = std::thread::scope(|sc| {
+        let p = sc.spawn(|| s.paste(primary, mime));
+        h.expect("clipboard request", |m| {
+            matches!(m, SessionMessage::ClipboardRequest { selection, data_type } if *selection == sel && *data_type == ty)
+        });
+        h.send(&SessionMessage::ClipboardData {
+            selection: sel,
+            data_type: ty,
+            data: data.to_vec(),
+        });
+        p.join().expect("paste thread")
+    });
+    let elapsed = t.elapsed();
+    let paste = paste.expect("wl-paste failed");
+    assert_eq!(paste.len(), data.len(), "pasted length");
+    assert!(paste == data, "pasted bytes differ");
+    elapsed
+}
+
+/// wl-copy → GRAB with `ty` → REQUEST → the data equals what was copied. Returns the request time.
+pub fn guest_to_host(
+    h: &mut Harness,
+    s: &Clients,
+    sel: Selection,
+    ty: ClipboardType,
+    mime: &str,
+    data: &[u8],
+) -> (std::process::Child, std::time::Duration) {
+    let primary = sel == Selection::Primary;
+    let copier = s.copy(primary, mime, data);
+    h.expect("clipboard grab", |m| {
+        matches!(m, SessionMessage::ClipboardGrab { selection, types } if *selection == sel && types.contains(&ty))
+    });
+    let t = Instant::now();
+    h.send(&SessionMessage::ClipboardRequest {
+        selection: sel,
+        data_type: ty,
+    });
+    let m = h.expect(
+        "clipboard data",
+        |m| matches!(m, SessionMessage::ClipboardData { selection, .. } if *selection == sel),
+    );
+    let elapsed = t.elapsed();
+    let SessionMessage::ClipboardData {
+        data_type,
+        data: got,
+        ..
+    } = m
+    else {
+        unreachable!()
+    };
+    assert_eq!(data_type, ty);
+    assert_eq!(got.len(), data.len(), "received length");
+    assert!(got == data, "received bytes differ");
+    (copier, elapsed)
+}
+
+/// Stops a child with SIGTERM (so compositors stop their Xwayland), SIGKILL after 10 s.
+pub fn terminate(child: &mut Child) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// KWin 5.27 `--virtual` on a private dbus-daemon, stopped on drop.
+///
+/// `/usr/bin/kwin_wayland` carries `cap_sys_resource=ep`, which exec refuses where the capability bounding set
+/// lacks it (containers), so a copy (cp drops the xattr) named `kwin_wayland` is run instead.
+pub struct Kwin {
+    procs: Vec<Child>,
+    /// Runtime dir, home and the kwin copy.
+    pub dir: tempfile::TempDir,
+    /// Wayland clients of this compositor.
+    pub wl: Clients,
+}
+
+impl std::fmt::Debug for Kwin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kwin")
+            .field("display", &self.wl.display)
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Kwin {
+    type Target = Clients;
+    fn deref(&self) -> &Clients {
+        &self.wl
+    }
+}
+
+impl Kwin {
+    /// Starts `kwin_wayland --virtual --width 1280 --height 800` and waits until wl-paste can talk to it.
+    pub fn start() -> Kwin {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = dir.path().join("rt");
+        let home = dir.path().join("home");
+        let bin = dir.path().join("bin");
+        for d in [&rt, &home, &bin] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let kwin = bin.join("kwin_wayland");
+        let src = Command::new("sh")
+            .args(["-c", "command -v kwin_wayland"])
+            .output()
+            .expect("which kwin_wayland");
+        let src = String::from_utf8_lossy(&src.stdout).trim().to_owned();
+        std::fs::copy(&src, &kwin).expect("copying kwin_wayland");
+        let bus = format!("unix:path={}", rt.join("bus").display());
+        let mut procs = vec![Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--address", &bus])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon")];
+        let deadline = Instant::now() + WAIT;
+        while !rt.join("bus").exists() {
+            assert!(Instant::now() < deadline, "dbus-daemon did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::File::create(dir.path().join("kwin.log")).expect("log");
+        procs.push(
+            Command::new(&kwin)
+                .args([
+                    "--virtual",
+                    "--width",
+                    "1280",
+                    "--height",
+                    "800",
+                    "--socket",
+                    "wayland-kw",
+                    "--no-lockscreen",
+                    "--no-global-shortcuts",
+                    "--no-kactivities",
+                ])
+                .env("XDG_RUNTIME_DIR", &rt)
+                .env("HOME", &home)
+                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+                .env("KWIN_COMPOSE", "Q")
+                .env_remove("WAYLAND_DISPLAY")
+                .env_remove("DISPLAY")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("kwin_wayland"),
+        );
+        let k = Kwin {
+            procs,
+            wl: Clients {
+                runtime: rt.clone(),
+                display: "wayland-kw".into(),
+                ipc: None,
+            },
+            dir,
+        };
+        // KWin sends no selection event while the clipboard is empty, so `wl-paste -l` would block: probe with a
+        // copy instead, which needs the whole data-control path.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if rt.join("wayland-kw").exists() {
+                let mut c = k.command("wl-copy");
+                c.arg("probe");
+                if run(c, None).is_some() && k.paste(false, "text/plain").is_some() {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "kwin did not come up");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        k
+    }
+}
+
+impl Drop for Kwin {
+    fn drop(&mut self) {
+        // Clear the probe's background wl-copy (it exits when its selection is replaced or kwin goes away).
+        for p in self.procs.iter_mut().rev() {
+            terminate(p);
+        }
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.path().join("kwin.log")).unwrap_or_default();
+            eprintln!("--- kwin log ---\n{log}");
+        }
+    }
 }

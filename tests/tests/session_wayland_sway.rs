@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use guestlink_protocol::session::{SessionMessage, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
-use support::{tools_present, Harness, Sway};
+use support::{guest_to_host, host_to_guest, noise, tools_present, Harness, Sway};
 
 const TOOLS: &[&str] = &["sway", "swaymsg", "wl-copy", "wl-paste", "setpriv"];
 
@@ -29,91 +29,6 @@ fn start() -> Option<(Sway, Harness)> {
     ]);
     h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
     Some((sway, h))
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so a mismatch is not hidden by repetition.
-fn noise(len: usize, mut seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 24) as u8
-        })
-        .collect()
-}
-
-/// Host grab → wl-paste → the agent requests → the pasted bytes equal the host's. Returns the paste time.
-fn host_to_guest(
-    h: &mut Harness,
-    s: &Sway,
-    sel: Selection,
-    ty: ClipboardType,
-    mime: &str,
-    data: &[u8],
-) -> std::time::Duration {
-    let primary = sel == Selection::Primary;
-    h.send(&SessionMessage::ClipboardGrab {
-        selection: sel,
-        types: vec![ty],
-    });
-    s.wait_for_type(primary, mime);
-    let t = Instant::now();
-    let paste = std::thread::scope(|sc| {
-        let p = sc.spawn(|| s.paste(primary, mime));
-        h.expect("clipboard request", |m| {
-            matches!(m, SessionMessage::ClipboardRequest { selection, data_type } if *selection == sel && *data_type == ty)
-        });
-        h.send(&SessionMessage::ClipboardData {
-            selection: sel,
-            data_type: ty,
-            data: data.to_vec(),
-        });
-        p.join().expect("paste thread")
-    });
-    let elapsed = t.elapsed();
-    let paste = paste.expect("wl-paste failed");
-    assert_eq!(paste.len(), data.len(), "pasted length");
-    assert!(paste == data, "pasted bytes differ");
-    elapsed
-}
-
-/// wl-copy → GRAB with `ty` → REQUEST → the data equals what was copied. Returns the request time.
-fn guest_to_host(
-    h: &mut Harness,
-    s: &Sway,
-    sel: Selection,
-    ty: ClipboardType,
-    mime: &str,
-    data: &[u8],
-) -> (std::process::Child, std::time::Duration) {
-    let primary = sel == Selection::Primary;
-    let copier = s.copy(primary, mime, data);
-    h.expect("clipboard grab", |m| {
-        matches!(m, SessionMessage::ClipboardGrab { selection, types } if *selection == sel && types.contains(&ty))
-    });
-    let t = Instant::now();
-    h.send(&SessionMessage::ClipboardRequest {
-        selection: sel,
-        data_type: ty,
-    });
-    let m = h.expect(
-        "clipboard data",
-        |m| matches!(m, SessionMessage::ClipboardData { selection, .. } if *selection == sel),
-    );
-    let elapsed = t.elapsed();
-    let SessionMessage::ClipboardData {
-        data_type,
-        data: got,
-        ..
-    } = m
-    else {
-        unreachable!()
-    };
-    assert_eq!(data_type, ty);
-    assert_eq!(got.len(), data.len(), "received length");
-    assert!(got == data, "received bytes differ");
-    (copier, elapsed)
 }
 
 #[test]
