@@ -162,6 +162,66 @@ fn host_png_image_target() {
     x.wait_for_target("clipboard", "image/x-MS-bmp");
 }
 
+#[test]
+fn host_empty_or_missing_answers_refuse_the_paste() {
+    if !tools_present() {
+        return;
+    }
+    let x = Xvfb::start(1024, 768);
+    let mut h = Harness::start(&x);
+    h.send(&SessionMessage::ClipboardGrab {
+        selection: Selection::Clipboard,
+        types: vec![ClipboardType::Utf8Text],
+    });
+    // Not UTF8_STRING: xclip retries a refused UTF8_STRING as STRING, which would be a second request.
+    const T: &str = "text/plain;charset=utf-8";
+    x.wait_for_target("clipboard", T);
+    // An empty NONE answer refuses the paste at once.
+    let paste = std::thread::scope(|s| {
+        let t = s.spawn(|| x.paste("clipboard", Some(T)));
+        h.expect("request", |m| {
+            matches!(m, SessionMessage::ClipboardRequest { .. })
+        });
+        h.send(&SessionMessage::ClipboardData {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::None,
+            data: Vec::new(),
+        });
+        t.join().unwrap()
+    });
+    assert_eq!(paste, None, "an empty answer must refuse the paste");
+    // No answer at all: refused after the agent's 15 s request timeout, not hung.
+    let t = Instant::now();
+    let paste = std::thread::scope(|s| {
+        let t = s.spawn(|| x.paste("clipboard", Some(T)));
+        h.expect("request", |m| {
+            matches!(m, SessionMessage::ClipboardRequest { .. })
+        });
+        t.join().unwrap()
+    });
+    let took = t.elapsed();
+    assert_eq!(paste, None);
+    assert!(
+        took >= std::time::Duration::from_secs(14),
+        "refused after {took:?}"
+    );
+    // The selection still works afterwards.
+    let text = b"late but fine";
+    let paste = std::thread::scope(|s| {
+        let t = s.spawn(|| x.paste("clipboard", Some(T)));
+        h.expect("request", |m| {
+            matches!(m, SessionMessage::ClipboardRequest { .. })
+        });
+        h.send(&SessionMessage::ClipboardData {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+            data: text.to_vec(),
+        });
+        t.join().unwrap()
+    });
+    assert_eq!(paste.as_deref(), Some(&text[..]));
+}
+
 /// xclip copies in the guest → GRAB to the host → REQUEST → the data comes back.
 fn guest_to_host(h: &mut Harness, x: &Xvfb, sel: Selection, data: &[u8]) -> std::process::Child {
     let xclip = x.copy(sel_name(sel), None, data);
