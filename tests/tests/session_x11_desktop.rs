@@ -243,6 +243,17 @@ fn received_files() {
         .collect();
     assert_eq!(send_file(&mut h, 1, "report.pdf", &data), 3, "success");
     assert!(std::fs::read(dl.join("report.pdf")).unwrap() == data);
+    // 64 MiB in 64 KiB DATA frames (spice-gtk's chunk size): timed.
+    let big: Vec<u8> = (0..64 * 1024 * 1024u32).map(|i| (i >> 7) as u8).collect();
+    let t = std::time::Instant::now();
+    assert_eq!(send_file(&mut h, 100, "big.bin", &big), 3);
+    let took = t.elapsed();
+    eprintln!(
+        "64 MiB file (START..SUCCESS): {took:.2?} = {:.0} MB/s",
+        64.0 * 1.048576 / took.as_secs_f64()
+    );
+    assert!(std::fs::read(dl.join("big.bin")).unwrap() == big);
+    std::fs::remove_file(dl.join("big.bin")).unwrap();
     assert_eq!(send_file(&mut h, 2, "report.pdf", b"second"), 3);
     assert_eq!(std::fs::read(dl.join("report (1).pdf")).unwrap(), b"second");
     // Traversal: refused with ERROR + INVALID_FILENAME, nothing written outside.
