@@ -10,7 +10,7 @@ mod support;
 
 use std::path::Path;
 
-use guestlink_protocol::session::SessionMessage;
+use guestlink_protocol::session::{SessionMessage, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use support::{guest_to_host, host_to_guest, noise, tools_present, Harness, Kwin};
 
@@ -33,7 +33,7 @@ fn clipboard_both_ways_on_kwin() {
     });
     let log = h.log();
     assert!(
-        log.contains("zwlr-data-control-v1") && log.contains("KDE: not implemented"),
+        log.contains("zwlr-data-control-v1") && log.contains("KDE: kscreen-doctor"),
         "{log}"
     );
     host_to_guest(
@@ -63,4 +63,71 @@ fn clipboard_both_ways_on_kwin() {
     );
     let _ = c.kill();
     let _ = c.wait();
+}
+
+/// KDE resize goes through kscreen-doctor. `kwin_wayland --virtual` has one mode per output and Plasma 5 has no
+/// custom modes, so only the refusal path and a same-size apply can be checked here.
+#[test]
+fn kscreen_doctor_resize_on_kwin_keeps_unlisted_sizes() {
+    if !tools_present(&[
+        "kwin_wayland",
+        "dbus-daemon",
+        "wl-copy",
+        "wl-paste",
+        "kscreen-doctor",
+    ]) {
+        return;
+    }
+    let k = Kwin::start();
+    let rt = k.runtime();
+    let mut h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", Path::new(&k.display)),
+        ("XDG_CURRENT_DESKTOP", Path::new("KDE")),
+    ]);
+    h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
+    let mon = |width, height| SessionMonitor {
+        width,
+        height,
+        depth: 32,
+        x: 0,
+        y: 0,
+        mm_width: None,
+        mm_height: None,
+    };
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(1024, 768)],
+    });
+    wait_log(&h, "KWin lists no 1024x768 mode on Virtual-0");
+    // The layout is reported after kscreen-doctor ran, unchanged.
+    wait_log(
+        &h,
+        "[\"output.Virtual-0.enable\", \"output.Virtual-0.position.0,0\"]",
+    );
+    h.expect("geometry after the refused size", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == 1280 && monitors[0].height == 800)
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(1280, 800)],
+    });
+    wait_log(&h, "output.Virtual-0.mode.0");
+    assert!(
+        !h.log().contains("kscreen-doctor [\""),
+        "kscreen-doctor failed:\n{}",
+        h.log()
+    );
+}
+
+fn wait_log(h: &Harness, what: &str) {
+    let deadline = std::time::Instant::now() + support::WAIT;
+    while !h.log().contains(what) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {what:?} in the log:\n{}",
+            h.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

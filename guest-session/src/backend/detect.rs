@@ -3,7 +3,7 @@
 //! Inputs are the environment (`XDG_SESSION_TYPE`, `WAYLAND_DISPLAY`, `DISPLAY`, `XDG_CURRENT_DESKTOP`) and, on
 //! Wayland, the globals the compositor advertises. [`plan`] is pure: it picks, by capability, with an ordered
 //! fallback, the clipboard backend (ext-data-control-v1 → zwlr-data-control-v1 → X11 through Xwayland's DISPLAY)
-//! and the resize backend (wlr-output-management → Mutter DisplayConfig → X11 RandR). The choice is logged at start.
+//! and the resize backend (wlr-output-management → Mutter DisplayConfig → kscreen-doctor on KDE → X11 RandR). The choice is logged at start.
 
 use std::ffi::OsString;
 
@@ -111,8 +111,8 @@ pub enum ResizeBackend {
     WlrOutputManagement,
     /// `org.gnome.Mutter.DisplayConfig` on the session bus (only modes mutter already lists).
     MutterDisplayConfig,
-    /// KDE: `kde_output_management_v2` is there but not implemented (see docs/wayland.md).
-    KdeUnsupported,
+    /// KDE: `kscreen-doctor` (listed modes only on Plasma 5; see docs/wayland.md).
+    KscreenDoctor,
     /// RandR on `$DISPLAY` (a real X server; on Xwayland it does not change the compositor's outputs).
     X11RandR,
     /// Nothing.
@@ -173,7 +173,7 @@ pub fn plan(env: &SessionEnv, globals: Option<&Globals>) -> Plan {
             "GNOME: Mutter DisplayConfig",
         )
     } else if g.version(globals::KDE_OUTPUT_MANAGEMENT).is_some() || env.desktop_is("KDE") {
-        (ResizeBackend::KdeUnsupported, "KDE: not implemented")
+        (ResizeBackend::KscreenDoctor, "KDE: kscreen-doctor")
     } else {
         (ResizeBackend::None, "no output-management interface")
     };
@@ -210,7 +210,7 @@ mod tests {
         ]);
         let p = plan(&env("KDE", true), Some(&gl));
         assert_eq!(p.clipboard, ClipboardBackend::ExtDataControl);
-        assert_eq!(p.resize, ResizeBackend::KdeUnsupported);
+        assert_eq!(p.resize, ResizeBackend::KscreenDoctor);
     }
 
     #[test]

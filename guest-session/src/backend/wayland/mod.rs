@@ -10,6 +10,7 @@
 mod clipboard;
 mod data_control;
 mod io;
+mod kde;
 mod mutter;
 mod output;
 
@@ -44,6 +45,8 @@ enum Command {
     MaxClipboard(Option<usize>),
     Monitors(Vec<SessionMonitor>),
     Resync,
+    /// A resize finished elsewhere (kscreen-doctor): report the layout.
+    ReportGeometry,
     Shutdown,
 }
 
@@ -62,6 +65,8 @@ pub(crate) struct State {
     need_geometry: bool,
     last_geometry: Option<Vec<GeometryMonitor>>,
     fatal: Option<String>,
+    /// KDE: resize with kscreen-doctor; the handle to wake this thread when it is done.
+    kscreen: Option<(mpsc::Sender<Command>, UnixStream)>,
 }
 
 /// The handle of the Wayland backend thread.
@@ -123,6 +128,7 @@ impl WaylandBackend {
             need_geometry: false,
             last_geometry: None,
             fatal: None,
+            kscreen: None,
         };
         for g in globals.contents().clone_list() {
             if g.interface == "wl_output" {
@@ -132,15 +138,24 @@ impl WaylandBackend {
         // Two round trips: globals' first events, then the objects they created (offers, heads, modes).
         queue.roundtrip(&mut state).context("Wayland round trip")?;
         queue.roundtrip(&mut state).context("Wayland round trip")?;
-        let features = BackendFeatures {
-            clipboard: true,
-            primary: plan.clipboard.has_primary(),
-            resize: state.wlr.is_some(),
-        };
         let (wake_tx, wake_rx) = UnixStream::pair().context("wake-up socket pair")?;
         wake_tx.set_nonblocking(true)?;
         wake_rx.set_nonblocking(true)?;
         let (tx, rx) = mpsc::channel();
+        if plan.resize == ResizeBackend::KscreenDoctor {
+            if kde::available() {
+                state.kscreen = Some((tx.clone(), wake_tx.try_clone()?));
+            } else {
+                tracing::warn!(
+                    "KDE without kscreen-doctor (libkf5screen-bin / kscreen): cannot resize"
+                );
+            }
+        }
+        let features = BackendFeatures {
+            clipboard: true,
+            primary: plan.clipboard.has_primary(),
+            resize: state.wlr.is_some() || state.kscreen.is_some(),
+        };
         let thread = std::thread::Builder::new()
             .name("wayland".into())
             .spawn(move || {
@@ -229,7 +244,20 @@ impl State {
                     .unwrap_or(super::x11::HARD_MAX_CLIPBOARD)
                     .min(super::x11::HARD_MAX_CLIPBOARD);
             }
-            Command::Monitors(m) => self.apply_monitors(m),
+            Command::Monitors(m) => match &self.kscreen {
+                Some((tx, wake)) if self.wlr.is_none() => {
+                    let (tx, wake) = (tx.clone(), wake.try_clone());
+                    kde::spawn_apply(m, move || {
+                        if tx.send(Command::ReportGeometry).is_ok() {
+                            if let Ok(mut w) = wake {
+                                let _ = w.write(&[1]);
+                            }
+                        }
+                    });
+                }
+                _ => self.apply_monitors(m),
+            },
+            Command::ReportGeometry => self.need_geometry = true,
             Command::Resync => {
                 self.need_geometry = true;
                 self.reannounce();
