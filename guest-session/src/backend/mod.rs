@@ -3,11 +3,13 @@
 //! A backend owns the clipboard selections (CLIPBOARD and PRIMARY) on behalf of the host, reports the guest's own
 //! clipboard changes, applies monitor configurations and reports the resulting geometry. Calls never block: a
 //! backend queues work on its own thread (or task) and answers through [`BackendEvent`]s on the channel it was
-//! created with. The X11 backend ([`x11`]) is the first implementation; Wayland backends (data-control clipboard,
-//! compositor-specific resize) implement the same trait later.
+//! created with. Implementations: X11 ([`x11`]), native Wayland ([`wayland`]: data-control clipboard,
+//! wlr-output-management / kscreen-doctor resize) and GNOME ([`wayland::GnomeBackend`]: X11 clipboard on Xwayland +
+//! Mutter DisplayConfig).
 //!
-//! Choice ([`select`]): `$DISPLAY` set → X11 (also under Xwayland); otherwise a [`null::NullBackend`] that keeps
-//! file transfers working and answers every clipboard request empty.
+//! Choice ([`select`], by capability, see [`detect`] and docs/wayland.md): on Wayland the native backend when the
+//! compositor has data-control, GNOME's pair under GNOME; else `$DISPLAY` set → X11 (also under Xwayland);
+//! otherwise a [`null::NullBackend`] that keeps file transfers working and answers every clipboard request empty.
 
 pub mod detect;
 pub mod null;
