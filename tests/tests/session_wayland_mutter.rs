@@ -13,7 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::{SessionMessage, SessionMonitor};
-use support::{run, tools_present, Harness, WAIT};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use support::{guest_to_host, host_to_guest, run, tools_present, Clients, Harness, WAIT};
 
 const TOOLS: &[&str] = &["mutter", "Xvfb", "dbus-daemon", "gdbus", "xdpyinfo"];
 
@@ -110,6 +111,46 @@ impl Mutter {
             std::thread::sleep(Duration::from_millis(200));
         }
         m
+    }
+
+    /// Mutter's public Xwayland display and its auth file (Xwayland starts with mutter).
+    fn xwayland(&self) -> (String, std::path::PathBuf) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("mutter.log")).unwrap_or_default();
+            let display = log
+                .split("Using public X11 display ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .map(String::from);
+            let auth = std::fs::read_dir(self.rt()).ok().and_then(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .find(|p| p.to_string_lossy().contains(".mutter-Xwaylandauth."))
+            });
+            if let (Some(d), Some(a)) = (display, auth) {
+                let mut c = Command::new("xdpyinfo");
+                c.env("DISPLAY", &d).env("XAUTHORITY", &a);
+                if run(c, None).is_some() {
+                    return (d, a);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mutter's Xwayland did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// wl-copy / wl-paste against this mutter.
+    fn clients(&self) -> Clients {
+        Clients {
+            runtime: self.rt(),
+            display: "wayland-gl".into(),
+            ipc: None,
+        }
     }
 
     fn rt(&self) -> std::path::PathBuf {
@@ -225,4 +266,58 @@ fn display_config_applies_listed_modes_and_refuses_others() {
     assert!(m
         .current_mode()
         .is_some_and(|c| c.starts_with("1920x1080@")));
+}
+
+/// GNOME clipboard: the X11 backend on mutter's Xwayland, paired with DisplayConfig; mutter bridges the X11 and
+/// Wayland selections, so Wayland clients (wl-copy/wl-paste) see the host's data and the host sees theirs.
+#[test]
+fn clipboard_through_xwayland_reaches_wayland_clients() {
+    if !tools_present(&[
+        "mutter",
+        "Xvfb",
+        "dbus-daemon",
+        "gdbus",
+        "xdpyinfo",
+        "wl-copy",
+        "wl-paste",
+    ]) {
+        return;
+    }
+    let m = Mutter::start();
+    let (display, auth) = m.xwayland();
+    let rt = m.rt();
+    let bus = m.bus();
+    let mut h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", Path::new("wayland-gl")),
+        ("XDG_CURRENT_DESKTOP", Path::new("GNOME")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
+        ("DISPLAY", Path::new(&display)),
+        ("XAUTHORITY", &auth),
+    ]);
+    h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
+    let log = h.log();
+    assert!(
+        log.contains("backend gnome") && log.contains("X11 backend ready"),
+        "{log}"
+    );
+    let wl = m.clients();
+    host_to_guest(
+        &mut h,
+        &wl,
+        Selection::Clipboard,
+        ClipboardType::Utf8Text,
+        "text/plain;charset=utf-8",
+        "host → GNOME via Xwayland ✓".as_bytes(),
+    );
+    let (mut c, _) = guest_to_host(
+        &mut h,
+        &wl,
+        Selection::Clipboard,
+        ClipboardType::Utf8Text,
+        "text/plain;charset=utf-8",
+        "from a Wayland client on GNOME".as_bytes(),
+    );
+    let _ = c.kill();
+    let _ = c.wait();
 }
