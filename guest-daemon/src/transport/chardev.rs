@@ -91,16 +91,46 @@ impl Chardev {
         }
     }
 
+    /// Register the port afresh with the reactor, dropping tokio's sticky HUP readiness.
+    ///
+    /// tokio never clears `READ_CLOSED`/`WRITE_CLOSED` once seen (for sockets a hang-up is final), but a virtio
+    /// port polls HUP only while no host is connected. Kept after a host connects, it makes `readable()` ready
+    /// forever: `read` returns EAGAIN in a loop that never yields, starving every spawned task (guest-exec's
+    /// reaper and pipe pumps, the auto-thaw watchdog), and `write_all` would drop replies as "no host". A new
+    /// registration (on a `dup`, so the open file description stays the same) starts from the port's real state.
+    fn reregister(&mut self) -> Result<(), TransportError> {
+        let dup = self
+            .fd
+            .get_ref()
+            .try_clone()
+            .map_err(TransportError::Lost)?;
+        self.fd = crate::sys::async_fd(dup).map_err(TransportError::Lost)?;
+        Ok(())
+    }
+
     /// Read at least one byte, waiting (without spinning) while no host is connected.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        // Set after re-registering on a stale HUP; a second HUP+EAGAIN right after it is a real "no host".
+        let mut reregistered = false;
         loop {
             let mut guard = self.fd.readable().await.map_err(TransportError::Lost)?;
+            let hung_up = guard.ready().is_read_closed();
             self.reads.fetch_add(1, Ordering::Relaxed);
             let res = guard.try_io(|inner| {
                 nix::unistd::read(inner.get_ref().as_fd(), buf).map_err(io::Error::from)
             });
             drop(guard);
             match res {
+                Err(_would_block) if hung_up && !reregistered => {
+                    tracing::debug!(path = %self.path, "stale HUP readiness with no data: re-registering");
+                    self.reregister()?;
+                    reregistered = true;
+                }
+                Err(_would_block) if hung_up => {
+                    self.host_absent("HUP");
+                    tokio::time::sleep(NO_HOST_BACKOFF).await;
+                    reregistered = false;
+                }
                 Err(_would_block) => continue,
                 Ok(Ok(0)) => {
                     self.host_absent("EOF");
@@ -110,6 +140,8 @@ impl Chardev {
                     if !self.host_present {
                         tracing::debug!(path = %self.path, "host connected");
                         self.host_present = true;
+                        // Forget the HUP seen while no host was there, or replies to this host could be dropped.
+                        self.reregister()?;
                     }
                     return Ok(n);
                 }
