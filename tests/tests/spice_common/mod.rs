@@ -95,26 +95,36 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Starts Xvfb 1280x800 on a free display; returns `:N`.
+/// Starts Xvfb 1280x800 on a display it picks itself (`-displayfd`, no race between parallel tests); returns `:N`.
 pub fn xvfb(procs: &mut Procs) -> String {
-    let n = (60..200)
-        .find(|n| {
-            !Path::new(&format!("/tmp/.X{n}-lock")).exists()
-                && !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-        })
-        .expect("no free X display");
-    let display = format!(":{n}");
-    procs.0.push(
-        Command::new("Xvfb")
-            .args([&display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("Xvfb"),
+    let mut child = Command::new("Xvfb")
+        .args([
+            "-displayfd",
+            "1",
+            "-screen",
+            "0",
+            "1280x800x24",
+            "-nolisten",
+            "tcp",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("Xvfb");
+    let mut out = child.stdout.take().expect("Xvfb stdout");
+    procs.0.push(child);
+    // Xvfb writes "N\n" once it accepts connections.
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while out.read(&mut b).map(|n| n == 1).unwrap_or(false) && b[0] != b'\n' {
+        line.push(b[0]);
+    }
+    let n = String::from_utf8_lossy(&line).trim().to_owned();
+    assert!(
+        !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()),
+        "Xvfb did not report a display"
     );
-    wait_for("Xvfb", || {
-        Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()
-    });
-    display
+    format!(":{n}")
 }
 
 type Slot = Arc<Mutex<Option<UnixStream>>>;
