@@ -26,6 +26,45 @@ fn assert_disabled(q: &mut Qga, cmd: &str) {
     assert!(err.1.contains("disabled"), "{cmd} while frozen: {err:?}");
 }
 
+fn b64(v: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("bad base64 {v}: {e}"))
+}
+
+/// Polls guest-exec-status on the same (open) connection until it reports `exited`, like libvirt does.
+fn exec_status_until_exited(q: &mut Qga, pid: &Value, timeout: Duration) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let st = q.ok("guest-exec-status", Some(json!({ "pid": pid })));
+        if st["exited"] == true {
+            return st;
+        }
+        assert_eq!(st["exited"], false, "{st}");
+        assert!(
+            Instant::now() < deadline,
+            "guest-exec pid {pid} not reported exited within {timeout:?}: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// CPU ticks (utime + stime) the agent used during `secs` seconds of guest time, with the host connected
+/// but idle.
+fn agent_idle_ticks(vm: &mut Vm, secs: u32) -> u64 {
+    let out = vm.guest_ok(&format!(
+        "P=$(cat /run/agent.pid); a=$(cut -d' ' -f14,15 /proc/$P/stat); sleep {secs}; \
+         b=$(cut -d' ' -f14,15 /proc/$P/stat); echo $a $b"
+    ));
+    let t: Vec<u64> = out
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or_else(|_| panic!("ticks: {out:?}")))
+        .collect();
+    assert_eq!(t.len(), 4, "ticks: {out:?}");
+    (t[2] + t[3]).saturating_sub(t[0] + t[1])
+}
+
 fn fs_entry<'a>(fsinfo: &'a Value, mountpoint: &str) -> &'a Value {
     fsinfo
         .as_array()
@@ -190,6 +229,108 @@ fn vm_agent_protocol() {
                 .all(|e| e["iface"] == "lo"),
             "only lo exists in the VM: {r}"
         );
+    }
+
+    // The port polled HUP before this host connected (the agent starts first): a stale HUP once made
+    // guestlinkd spin on EAGAIN while a host stayed connected, so no spawned task ran and guest-exec-status
+    // said `exited: false` forever. All of this runs on the first, still open connection.
+    step("connected but idle, the agent does not spin");
+    let ticks = agent_idle_ticks(&mut vm, 3);
+    eprintln!("[vm] agent CPU while connected and idle: {ticks} ticks in 3 s");
+    assert!(
+        ticks < 60,
+        "agent used {ticks} CPU ticks in 3 s while the host was connected and idle"
+    );
+
+    step("guest-exec: exit code and captured output, polled on the same connection");
+    let st_timeout = Duration::from_secs(60);
+    let pid = q.ok("guest-exec", Some(json!({"path": "/bin/true"})))["pid"].clone();
+    let st = exec_status_until_exited(&mut q, &pid, st_timeout);
+    assert_eq!(st["exitcode"], 0, "{st}");
+    assert!(st.get("out-data").is_none(), "{st}");
+    let pid = q.ok(
+        "guest-exec",
+        Some(json!({
+            "path": "/bin/sh",
+            "arg": ["-c", "sleep 1; echo out; echo err >&2; exit 3"],
+            "capture-output": true
+        })),
+    )["pid"]
+        .clone();
+    assert_eq!(
+        q.ok("guest-exec-status", Some(json!({ "pid": pid })))["exited"],
+        false
+    );
+    let st = exec_status_until_exited(&mut q, &pid, st_timeout);
+    assert_eq!(st["exitcode"], 3, "{st}");
+    assert!(st.get("signal").is_none(), "{st}");
+    assert_eq!(b64(&st["out-data"]), b"out\n", "{st}");
+    assert_eq!(b64(&st["err-data"]), b"err\n", "{st}");
+    let gone = q.call("guest-exec-status", Some(json!({ "pid": pid })));
+    assert!(
+        gone.is_err(),
+        "record kept after the exited status: {gone:?}"
+    );
+
+    step("guest-exec: a child killed by a signal from inside the guest");
+    let pid = q.ok(
+        "guest-exec",
+        Some(json!({"path": "/bin/sleep", "arg": ["600"]})),
+    )["pid"]
+        .clone();
+    let pid_n = pid.as_u64().expect("pid is a number");
+    assert_eq!(vm.guest_ok(&format!("cat /proc/{pid_n}/comm")), "sleep");
+    assert_eq!(
+        q.ok("guest-exec-status", Some(json!({ "pid": pid })))["exited"],
+        false
+    );
+    vm.guest_ok(&format!("kill -TERM {pid_n}"));
+    let st = exec_status_until_exited(&mut q, &pid, st_timeout);
+    assert_eq!(st["signal"], 15, "{st}");
+    assert!(st.get("exitcode").is_none(), "{st}");
+    let left = vm.guest_ok(&format!("test -e /proc/{pid_n} && echo left || true"));
+    assert!(left.is_empty(), "child {pid_n} not reaped");
+
+    if cmds.contains(&"guestlink-exec-read") {
+        step("guestlink-exec-read streams output while the child runs");
+        let pid = q.ok(
+            "guest-exec",
+            Some(json!({
+                "path": "/bin/sh",
+                "arg": ["-c", "echo first; sleep 3; echo second; echo e >&2; exit 4"],
+                "capture-output": true
+            })),
+        )["pid"]
+            .clone();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut oo, mut eo) = (0u64, 0u64);
+        let mut first_while_running = false;
+        let deadline = Instant::now() + st_timeout;
+        let last = loop {
+            let r = q.ok(
+                "guestlink-exec-read",
+                Some(json!({"pid": pid, "out-offset": oo, "err-offset": eo, "wait-ms": 2000})),
+            );
+            out.extend(b64(&r["out-data"]));
+            err.extend(b64(&r["err-data"]));
+            oo = r["out-offset"].as_u64().expect("out-offset");
+            eo = r["err-offset"].as_u64().expect("err-offset");
+            assert_eq!(oo as usize, out.len(), "{r}");
+            if r["exited"] == false && out == b"first\n" {
+                first_while_running = true;
+            }
+            if r["exited"] == true && r["out-data"] == "" && r["err-data"] == "" {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "exec-read never finished: {r}");
+        };
+        assert!(
+            first_while_running,
+            "the first line was not delivered before the child exited"
+        );
+        assert_eq!(out, b"first\nsecond\n");
+        assert_eq!(err, b"e\n");
+        assert_eq!(last["exitcode"], 4, "{last}");
     }
 
     step("a host that disconnects mid-request; the next host resyncs with 0xFF + guest-sync-delimited");
