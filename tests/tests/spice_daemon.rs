@@ -328,6 +328,10 @@ fn spice_gtk_replay_routing_and_file_rules() {
         "port opened before any session agent could serve"
     );
 
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(s.session_socket()).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o666, "session socket mode");
     let mut agent = Agent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
@@ -674,4 +678,25 @@ fn hostile_messages_and_mouse() {
         _ => None,
     });
     assert!(s.daemon.alive(), "guestlinkd died");
+}
+
+#[test]
+fn without_logind_and_without_no_logind_spice_only_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("state")).unwrap();
+    let out = Command::new(guestlinkd_path())
+        .args(["-m", "none"])
+        .arg("-t")
+        .arg(dir.path().join("state"))
+        .arg("--spice-path")
+        .arg(dir.path().join("vport"))
+        .arg("--session-socket")
+        .arg(dir.path().join("session.sock"))
+        .env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/bus")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--no-logind"), "no hint in: {err}");
 }
