@@ -28,6 +28,9 @@ use tablet::{Sink, Tablet};
 
 /// Delay before reopening the port after it failed or closed on error.
 const REOPEN_DELAY: Duration = Duration::from_secs(1);
+/// A port write that makes no progress for this long (nobody reads the other end) counts as a port failure, so
+/// the core never hangs on a stuck host.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The SPICE options from the command line.
 #[derive(Debug, Clone)]
@@ -242,7 +245,12 @@ impl Core {
                     let Some(p) = self.port.as_mut() else {
                         continue;
                     };
-                    if let Err(e) = p.write_all(&bytes).await {
+                    let written = tokio::time::timeout(WRITE_TIMEOUT, p.write_all(&bytes))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(std::io::Error::from(std::io::ErrorKind::TimedOut))
+                        });
+                    if let Err(e) = written {
                         // Finish this batch without the port; the read side notices and reopens.
                         tracing::warn!("SPICE port write: {e}");
                         self.port = None;

@@ -78,6 +78,7 @@ pub struct SpiceLink {
     wire: WireFormat,
     /// Grab serials (reset at every caps exchange with `request = 1`).
     pub serials: GrabSerials,
+    buf: Vec<u8>,
 }
 
 fn make_raw(f: &File) -> nix::Result<()> {
@@ -120,6 +121,7 @@ impl SpiceLink {
             agent: None,
             wire: WireFormat::default(),
             serials: GrabSerials::new(),
+            buf: vec![0u8; 256 * 1024],
         })
     }
 
@@ -232,8 +234,7 @@ impl SpiceLink {
                 }
                 continue;
             }
-            let mut buf = vec![0u8; 256 * 1024];
-            let n = match self.io.read(&mut buf) {
+            let n = match self.io.read(&mut self.buf) {
                 Ok(0) => return Err(SpiceError::Closed),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -241,7 +242,7 @@ impl SpiceLink {
                 Err(e) if e.raw_os_error() == Some(libc_eio()) => return Err(SpiceError::Closed),
                 Err(e) => return Err(SpiceError::Io(e)),
             };
-            for ev in self.reasm.feed(&buf[..n]) {
+            for ev in self.reasm.feed(&self.buf[..n]) {
                 match ev {
                     Ok(m) => self.queue.push_back(m),
                     Err(e) => return Err(SpiceError::Protocol(e.to_string())),
