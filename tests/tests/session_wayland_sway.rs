@@ -194,3 +194,55 @@ fn monitors_config_sets_a_custom_mode() {
         );
     }
 }
+
+/// Two outputs (`swaymsg create_output` adds HEADLESS-2): display ids follow output names, positions are applied,
+/// and the new output is reported without a request (wl_output hotplug).
+#[test]
+fn two_monitors_with_positions() {
+    let Some((s, mut h)) = start() else { return };
+    let mut c = s.command("swaymsg");
+    c.arg("create_output");
+    assert!(support::run(c, None).is_some(), "swaymsg create_output");
+    h.expect(
+        "geometry with two outputs",
+        |m| matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2),
+    );
+    let mon = |width, height, x| SessionMonitor {
+        width,
+        height,
+        depth: 32,
+        x,
+        y: 0,
+        mm_width: None,
+        mm_height: None,
+    };
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(1024, 768, 0), mon(800, 600, 1024)],
+    });
+    h.expect("geometry 1024x768 + 800x600", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2
+            && (monitors[0].width, monitors[0].height, monitors[0].x) == (1024, 768, 0)
+            && (monitors[1].width, monitors[1].height, monitors[1].x) == (800, 600, 1024))
+    });
+    let outputs = s.outputs();
+    assert!(
+        outputs.contains("\"width\": 800") && outputs.contains("\"x\": 1024"),
+        "{outputs}"
+    );
+    // Disabling display 1: sway 1.7 cannot disable a headless output (its own `swaymsg output HEADLESS-2 disable`
+    // fails the same way: "Failed to commit output HEADLESS-2"), so the agent reports the failure and the unchanged
+    // layout.
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 0,
+        monitors: vec![mon(1024, 768, 0), mon(0, 0, 0)],
+    });
+    let deadline = Instant::now() + support::WAIT;
+    while !h.log().contains("wlr output configuration failed") {
+        assert!(Instant::now() < deadline, "no failure logged:\n{}", h.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    h.expect("unchanged geometry", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2 && monitors[1].x == 1024)
+    });
+}

@@ -29,6 +29,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use wayland_client::globals::{registry_queue_init, GlobalListContents};
 use wayland_client::protocol::{wl_registry, wl_seat::WlSeat};
 use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
+use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
 use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
 use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
@@ -57,6 +58,8 @@ pub(crate) struct State {
     qh: QueueHandle<State>,
     clip: Option<clipboard::Clipboard>,
     outputs: Vec<output::WlOut>,
+    /// `zxdg_output_manager_v1`, for logical positions.
+    xdg_outputs: Option<ZxdgOutputManagerV1>,
     wlr: Option<output::Wlr>,
     max_clipboard: usize,
     /// A wl_output sent `done`: report the layout if it changed.
@@ -122,6 +125,7 @@ impl WaylandBackend {
             qh: qh.clone(),
             clip: Some(clip),
             outputs: Vec::new(),
+            xdg_outputs: globals.bind(&qh, 1..=3, ()).ok(),
             wlr,
             max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
             outputs_changed: false,
@@ -226,7 +230,12 @@ impl DesktopBackend for WaylandBackend {
 impl State {
     fn bind_output(&mut self, registry: &wl_registry::WlRegistry, name: u32, version: u32) {
         let output = registry.bind(name, version.min(4), &self.qh, name);
-        self.outputs.push(output::WlOut::new(output, name));
+        let mut o = output::WlOut::new(output, name);
+        o.xdg = self
+            .xdg_outputs
+            .as_ref()
+            .map(|m| m.get_xdg_output(&o.output, &self.qh, name));
+        self.outputs.push(o);
     }
 
     fn command(&mut self, cmd: Command) {
@@ -350,6 +359,9 @@ impl Dispatch<wl_registry::WlRegistry, GlobalListContents> for State {
             wl_registry::Event::GlobalRemove { name } => {
                 if let Some(i) = state.outputs.iter().position(|o| o.global == name) {
                     let o = state.outputs.remove(i);
+                    if let Some(x) = &o.xdg {
+                        x.destroy();
+                    }
                     o.output.release_if_possible();
                     state.outputs_changed = true;
                 }

@@ -1,4 +1,5 @@
-//! Outputs: the layout from `wl_output` (position, current mode, name), and resize through
+//! Outputs: the layout from `wl_output` (current mode, name) and `zxdg_output_v1` (logical position: wlroots
+//! sends 0,0 in `wl_output.geometry`), and resize through
 //! `zwlr_output_manager_v1` (wlroots: sway, Hyprland) with custom modes.
 //!
 //! Display ids are the outputs sorted by name. sway 1.7 announces its headless head as `enabled(0)` with one mode
@@ -10,6 +11,10 @@ use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use wayland_client::backend::ObjectId;
 use wayland_client::protocol::wl_output::{self, WlOutput};
 use wayland_client::{Connection, Dispatch, Proxy, QueueHandle, WEnum};
+use wayland_protocols::xdg::xdg_output::zv1::client::{
+    zxdg_output_manager_v1::ZxdgOutputManagerV1,
+    zxdg_output_v1::{self, ZxdgOutputV1},
+};
 use wayland_protocols_wlr::output_management::v1::client::{
     zwlr_output_configuration_head_v1::ZwlrOutputConfigurationHeadV1,
     zwlr_output_configuration_v1::{self, ZwlrOutputConfigurationV1},
@@ -25,9 +30,13 @@ use super::State;
 pub struct WlOut {
     pub output: WlOutput,
     pub global: u32,
+    /// Its xdg-output, when the compositor has `zxdg_output_manager_v1`.
+    pub xdg: Option<ZxdgOutputV1>,
     name: Option<String>,
     x: i32,
     y: i32,
+    /// Logical position from xdg-output (wins over `wl_output.geometry`).
+    logical: Option<(i32, i32)>,
     width: i32,
     height: i32,
 }
@@ -38,9 +47,11 @@ impl WlOut {
         Self {
             output,
             global,
+            xdg: None,
             name: None,
             x: 0,
             y: 0,
+            logical: None,
             width: 0,
             height: 0,
         }
@@ -96,8 +107,8 @@ impl State {
             .enumerate()
             .map(|(i, o)| GeometryMonitor {
                 display_id: u32::try_from(i).unwrap_or(u32::MAX),
-                x: o.x,
-                y: o.y,
+                x: o.logical.map_or(o.x, |l| l.0),
+                y: o.logical.map_or(o.y, |l| l.1),
                 width: o.width.unsigned_abs(),
                 height: o.height.unsigned_abs(),
             })
@@ -340,5 +351,41 @@ impl Dispatch<ZwlrOutputConfigurationHeadV1, ()> for State {
         _: &Connection,
         _: &QueueHandle<Self>,
     ) {
+    }
+}
+
+impl Dispatch<ZxdgOutputManagerV1, ()> for State {
+    fn event(
+        _: &mut Self,
+        _: &ZxdgOutputManagerV1,
+        _: <ZxdgOutputManagerV1 as Proxy>::Event,
+        _: &(),
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+    }
+}
+
+impl Dispatch<ZxdgOutputV1, u32> for State {
+    fn event(
+        state: &mut Self,
+        _: &ZxdgOutputV1,
+        event: zxdg_output_v1::Event,
+        global: &u32,
+        _: &Connection,
+        _: &QueueHandle<Self>,
+    ) {
+        let Some(o) = state.outputs.iter_mut().find(|o| o.global == *global) else {
+            return;
+        };
+        match event {
+            zxdg_output_v1::Event::LogicalPosition { x, y } => o.logical = Some((x, y)),
+            zxdg_output_v1::Event::Name { name } => {
+                o.name.get_or_insert(name);
+            }
+            // Version 1-2: xdg-output's own done (from 3 on, wl_output.done covers it).
+            zxdg_output_v1::Event::Done => state.outputs_changed = true,
+            _ => {}
+        }
     }
 }
