@@ -300,6 +300,14 @@ impl Clients {
     }
 }
 
+impl Sway {
+    /// Stops the compositor now (the drop would too).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Sway {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -387,6 +395,13 @@ impl Harness {
                 Err(_) => panic!("no {what} from guestlink-session; log:\n{}", self.log()),
             }
         }
+    }
+}
+
+impl Harness {
+    /// Whether the agent process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
     }
 }
 

@@ -246,3 +246,22 @@ fn two_monitors_with_positions() {
         matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2 && monitors[1].x == 1024)
     });
 }
+
+/// The compositor going away is fatal: the agent exits (its unit restarts it) instead of spinning or hanging.
+#[test]
+fn agent_exits_when_the_compositor_dies() {
+    let Some((mut s, mut h)) = start() else {
+        return;
+    };
+    s.stop();
+    let deadline = Instant::now() + support::WAIT;
+    while h.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "guestlink-session still runs:\n{}",
+            h.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(h.log().contains("Wayland backend stopped"), "{}", h.log());
+}
