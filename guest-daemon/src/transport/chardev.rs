@@ -163,6 +163,8 @@ impl Chardev {
     /// Write everything, awaiting writability on EAGAIN (backpressure, no busy loop). If the other side is gone
     /// (EIO/EPIPE, or EAGAIN while the port polls HUP), the rest of the reply is dropped: nobody will read it.
     pub async fn write_all(&mut self, mut data: &[u8]) -> Result<(), TransportError> {
+        // The HUP may be stale (a host left and another one connected since): check once on a fresh registration.
+        let mut reregistered = false;
         while !data.is_empty() {
             let mut guard = self.fd.writable().await.map_err(TransportError::Lost)?;
             // A virtio port without a host polls HUP and writes EAGAIN until a host connects: a reply for the
@@ -172,6 +174,10 @@ impl Chardev {
                 .try_io(|inner| nix::unistd::write(inner.get_ref(), data).map_err(io::Error::from));
             drop(guard);
             match res {
+                Err(_would_block) if hung_up && !reregistered => {
+                    self.reregister()?;
+                    reregistered = true;
+                }
                 Err(_would_block) if hung_up => {
                     self.host_absent("HUP on write");
                     tracing::debug!(path = %self.path, "reply dropped, no host connected");
