@@ -23,10 +23,12 @@ fn clipboard_both_ways_on_kwin() {
     }
     let k = Kwin::start();
     let rt = k.runtime();
+    let bus = format!("unix:path={}", rt.join("bus").display());
     let mut h = Harness::start(&[
         ("XDG_RUNTIME_DIR", &rt),
         ("WAYLAND_DISPLAY", Path::new(&k.display)),
         ("XDG_CURRENT_DESKTOP", Path::new("KDE")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
     ]);
     h.expect("geometry", |m| {
         matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == 1280 && monitors[0].height == 800)
@@ -80,10 +82,12 @@ fn kscreen_doctor_resize_on_kwin_keeps_unlisted_sizes() {
     }
     let k = Kwin::start();
     let rt = k.runtime();
+    let bus = format!("unix:path={}", rt.join("bus").display());
     let mut h = Harness::start(&[
         ("XDG_RUNTIME_DIR", &rt),
         ("WAYLAND_DISPLAY", Path::new(&k.display)),
         ("XDG_CURRENT_DESKTOP", Path::new("KDE")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
     ]);
     h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
     let mon = |width, height| SessionMonitor {
