@@ -446,7 +446,10 @@ mod tests {
     #[test]
     fn dump_reads_back_with_either_list() {
         let dir = tempfile::tempdir().unwrap();
-        for args in [["-b", "guest-ping,guest-info"], ["-a", "guest-ping,guest-info"]] {
+        for args in [
+            ["-b", "guest-ping,guest-info"],
+            ["-a", "guest-ping,guest-info"],
+        ] {
             let mut full = vec!["-t", "/tmp/x"];
             full.extend_from_slice(&args);
             let cfg = load(&full, None, None).unwrap();
