@@ -80,6 +80,12 @@ impl Logind {
         Ok(Self { conn })
     }
 
+    /// Uses an existing bus connection (tests with a private bus).
+    #[cfg(test)]
+    pub fn with_connection(conn: zbus::Connection) -> Self {
+        Self { conn }
+    }
+
     async fn session_at(&self, path: OwnedObjectPath) -> Result<PeerSession> {
         let s = SessionProxy::builder(&self.conn)
             .path(path)?

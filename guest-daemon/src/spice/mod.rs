@@ -308,4 +308,6 @@ pub async fn run_logged(opts: SpiceOptions) -> Result<()> {
 }
 
 #[cfg(test)]
+mod logind_tests;
+#[cfg(test)]
 mod router_tests;

@@ -7,6 +7,9 @@ Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>$RUN/dpy 2>/dev/null & X
 while [ ! -s $RUN/dpy ]; do sleep 0.05; done; export DISPLAY=:$(cat $RUN/dpy)
 mkdir -p $RUN/home/Downloads $RUN/home/.config $RUN/state $RUN/run
 printf 'XDG_DOWNLOAD_DIR="$HOME/Downloads"\n' > $RUN/home/.config/user-dirs.dirs
+AP=; DP=; SP=
+cleanup() { kill $AP $DP $SP $XP 2>/dev/null; wait 2>/dev/null; rm -rf $RUN; }
+trap cleanup EXIT
 socat UNIX-LISTEN:$RUN/vport.sock UNIX-LISTEN:$RUN/chardev.sock & SP=$!
 sleep 0.3
 if [ "$1" = guestlink ]; then
@@ -24,4 +27,4 @@ head -c $((64<<20)) /dev/urandom > $RUN/big.bin
 t0=$(date +%s.%N); $B/guestlink --spice-socket $RUN/chardev.sock -q send-file $RUN/big.bin; rc=$?; t1=$(date +%s.%N)
 echo "$1 send-file 64 MiB rc=$rc: $(echo "$t1 - $t0" | bc) s"
 cmp $RUN/big.bin $RUN/home/Downloads/big.bin && echo "sha ok"
-cat $RUN/d.log $RUN/s.log | tail -n 8; kill $AP $DP $SP $XP 2>/dev/null; wait 2>/dev/null; rm -rf $RUN
+
