@@ -98,14 +98,18 @@ impl Chardev {
     /// forever: `read` returns EAGAIN in a loop that never yields, starving every spawned task (guest-exec's
     /// reaper and pipe pumps, the auto-thaw watchdog), and `write_all` would drop replies as "no host". A new
     /// registration (on a `dup`, so the open file description stays the same) starts from the port's real state.
-    fn reregister(&mut self) -> Result<(), TransportError> {
-        let dup = self
-            .fd
-            .get_ref()
-            .try_clone()
-            .map_err(TransportError::Lost)?;
-        self.fd = crate::sys::async_fd(dup).map_err(TransportError::Lost)?;
-        Ok(())
+    /// On failure (EMFILE…) the old registration stays and `false` is returned.
+    fn reregister(&mut self) -> bool {
+        match self.fd.get_ref().try_clone().and_then(crate::sys::async_fd) {
+            Ok(fd) => {
+                self.fd = fd;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path, "cannot re-register the port: {e}");
+                false
+            }
+        }
     }
 
     /// Read at least one byte, waiting (without spinning) while no host is connected.
@@ -123,7 +127,9 @@ impl Chardev {
             match res {
                 Err(_would_block) if hung_up && !reregistered => {
                     tracing::debug!(path = %self.path, "stale HUP readiness with no data: re-registering");
-                    self.reregister()?;
+                    if !self.reregister() {
+                        tokio::time::sleep(NO_HOST_BACKOFF).await;
+                    }
                     reregistered = true;
                 }
                 Err(_would_block) if hung_up => {
@@ -141,7 +147,7 @@ impl Chardev {
                         tracing::debug!(path = %self.path, "host connected");
                         self.host_present = true;
                         // Forget the HUP seen while no host was there, or replies to this host could be dropped.
-                        self.reregister()?;
+                        self.reregister();
                     }
                     return Ok(n);
                 }
@@ -175,7 +181,7 @@ impl Chardev {
             drop(guard);
             match res {
                 Err(_would_block) if hung_up && !reregistered => {
-                    self.reregister()?;
+                    self.reregister();
                     reregistered = true;
                 }
                 Err(_would_block) if hung_up => {
