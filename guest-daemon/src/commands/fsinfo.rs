@@ -10,101 +10,19 @@ use serde_json::{json, Map, Value};
 
 use super::error::{CommandError, CommandResult};
 
-/// One block-backed mount.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    /// Mount point.
-    pub dir: String,
-    /// Filesystem type.
-    pub fstype: String,
-    /// Device major.
-    pub major: u32,
-    /// Device minor.
-    pub minor: u32,
-}
-
-/// Decodes mountinfo's octal escapes (`\040`) and `\\`.
-pub fn decode_mntname(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' {
-            if b.get(i + 1) == Some(&b'\\') {
-                out.push(b'\\');
-                i += 2;
-                continue;
-            }
-            if let (Some(&a), Some(&c), Some(&d)) = (b.get(i + 1), b.get(i + 2), b.get(i + 3)) {
-                if (b'0'..=b'3').contains(&a)
-                    && (b'0'..=b'7').contains(&c)
-                    && (b'0'..=b'7').contains(&d)
-                {
-                    out.push((a - b'0') * 64 + (c - b'0') * 8 + (d - b'0'));
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn block_dev_of(path: &str) -> Option<(u32, u32)> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let m = std::fs::metadata(path).ok()?;
-    if !m.file_type().is_block_device() {
-        return None;
-    }
-    let rdev = m.rdev();
-    Some((
-        nix::sys::stat::major(rdev) as u32,
-        nix::sys::stat::minor(rdev) as u32,
-    ))
-}
+use crate::freeze::mounts::Mount;
 
 /// Parses mountinfo text into the list qemu-ga freezes/trims/reports: block devices (major ≠ 0, or btrfs whose
-/// source is a block device), the first mount of each device only.
+/// source is a block device, see [`crate::freeze::mounts`]), the first mount of each device only.
 pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = Vec::new();
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let l: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
-        if l.len() < 5 || r.is_empty() {
-            continue;
+    for m in crate::freeze::mounts::parse_mountinfo(text, &crate::freeze::mounts::block_dev_of) {
+        if !mounts
+            .iter()
+            .any(|o| (o.devmajor, o.devminor) == (m.devmajor, m.devminor))
+        {
+            mounts.push(m);
         }
-        let Some((maj, min)) = l[2].split_once(':') else {
-            continue;
-        };
-        let (Ok(mut major), Ok(mut minor)) = (maj.parse::<u32>(), min.parse::<u32>()) else {
-            continue;
-        };
-        let dir = decode_mntname(l[4]);
-        let fstype = r[0].to_owned();
-        let source = r.get(1).map(|s| decode_mntname(s)).unwrap_or_default();
-        if major == 0 {
-            if fstype != "btrfs" {
-                continue;
-            }
-            match block_dev_of(&source) {
-                Some((a, b)) => (major, minor) = (a, b),
-                None => continue,
-            }
-        }
-        if mounts.iter().any(|m| m.major == major && m.minor == minor) {
-            continue;
-        }
-        mounts.push(Mount {
-            dir,
-            fstype,
-            major,
-            minor,
-        });
     }
     mounts
 }
@@ -419,15 +337,15 @@ pub fn is_virtual(syspath: &Path) -> bool {
 }
 
 fn fsinfo_for(m: &Mount, sys_root: &Path) -> CommandResult<Value> {
-    let devpath: PathBuf = sys_root.join(format!("dev/block/{}:{}", m.major, m.minor));
+    let devpath: PathBuf = sys_root.join(format!("dev/block/{}:{}", m.devmajor, m.devminor));
     let mut name = None;
     let mut disks = Vec::new();
     device_disks(&devpath, &mut name, &mut disks)?;
     let mut o = Map::new();
     o.insert("name".into(), json!(name.unwrap_or_default()));
-    o.insert("mountpoint".into(), json!(m.dir));
-    o.insert("type".into(), json!(m.fstype));
-    if let Ok(st) = nix::sys::statvfs::statvfs(m.dir.as_str()) {
+    o.insert("mountpoint".into(), json!(m.dirname));
+    o.insert("type".into(), json!(m.devtype));
+    if let Ok(st) = nix::sys::statvfs::statvfs(m.dirname.as_str()) {
         let fr = st.fragment_size();
         let blocks = st.blocks();
         let used = blocks.saturating_sub(st.blocks_free());
@@ -454,6 +372,7 @@ pub fn get_fsinfo(proc_root: &Path, sys_root: &Path) -> CommandResult<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::freeze::mounts::decode_mntname;
 
     const MOUNTINFO: &str = "\
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
@@ -467,11 +386,11 @@ mod tests {
     #[test]
     fn mountinfo_fixture() {
         let m = parse_mountinfo(MOUNTINFO);
-        let dirs: Vec<&str> = m.iter().map(|m| m.dir.as_str()).collect();
+        let dirs: Vec<&str> = m.iter().map(|m| m.dirname.as_str()).collect();
         // proc/tmpfs skipped, bind mount of 8:1 deduplicated
         assert_eq!(dirs, ["/", "/var", "/mnt/a\\b"]);
-        assert_eq!(m[1].fstype, "xfs");
-        assert_eq!((m[1].major, m[1].minor), (253, 0));
+        assert_eq!(m[1].devtype, "xfs");
+        assert_eq!((m[1].devmajor, m[1].devminor), (253, 0));
         assert_eq!(decode_mntname("a\\040b\\\\c\\9"), "a b\\c\\9");
     }
 

@@ -14,8 +14,8 @@ pub fn fstrim(proc_root: &Path, minimum: Option<i64>) -> CommandResult<Value> {
     let mut paths = Vec::with_capacity(mounts.len());
     for m in &mounts {
         let mut r = Map::new();
-        r.insert("path".into(), json!(m.dir));
-        match std::fs::File::open(&m.dir) {
+        r.insert("path".into(), json!(m.dirname));
+        match std::fs::File::open(&m.dirname) {
             Err(e) => {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
                 r.insert(

@@ -1,6 +1,7 @@
 //! The list of freezable mounts, built exactly like qemu-ga's `build_fs_mount_list` from `/proc/self/mountinfo`:
 //! block-backed filesystems only (device major != 0), with the btrfs exception (its anonymous device is replaced by
-//! the source device's `st_rdev`), octal escapes (`\040`) decoded, in mount order.
+//! the source device's `st_rdev`), octal escapes (`\040`) decoded, in mount order. This is the daemon's one
+//! mountinfo parser: guest-get-fsinfo and guest-fstrim (`commands::fsinfo::mount_list`) use it too.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
@@ -17,20 +18,25 @@ pub struct Mount {
     pub devminor: u32,
 }
 
-/// Decode the `\ooo` octal escapes the kernel uses in mountinfo for space, tab, newline and backslash.
+/// Decode the octal escapes the kernel uses in mountinfo (`\040` for space, `\011`, `\012`, `\134`) and `\\`,
+/// like qemu-ga's `decode_mntname`.
 pub fn decode_mntname(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            let oct = &b[i + 1..(i + 4).min(b.len())];
-            if oct.len() == 3 && oct.iter().all(|c| (b'0'..=b'7').contains(c)) {
-                let v = (u32::from(oct[0] - b'0') << 6)
-                    | (u32::from(oct[1] - b'0') << 3)
-                    | u32::from(oct[2] - b'0');
-                if let Ok(byte) = u8::try_from(v) {
-                    out.push(byte);
+        if b[i] == b'\\' {
+            if b.get(i + 1) == Some(&b'\\') {
+                out.push(b'\\');
+                i += 2;
+                continue;
+            }
+            if let (Some(&a), Some(&c), Some(&d)) = (b.get(i + 1), b.get(i + 2), b.get(i + 3)) {
+                if (b'0'..=b'3').contains(&a)
+                    && (b'0'..=b'7').contains(&c)
+                    && (b'0'..=b'7').contains(&d)
+                {
+                    out.push((a - b'0') * 64 + (c - b'0') * 8 + (d - b'0'));
                     i += 4;
                     continue;
                 }
@@ -43,7 +49,7 @@ pub fn decode_mntname(s: &str) -> String {
 }
 
 /// The major/minor of a block device node (used for btrfs, whose mountinfo device is anonymous).
-fn block_dev_of(path: &str) -> Option<(u32, u32)> {
+pub fn block_dev_of(path: &str) -> Option<(u32, u32)> {
     let meta = std::fs::metadata(path).ok()?;
     if !meta.file_type().is_block_device() {
         return None;
@@ -61,26 +67,24 @@ fn block_dev_of(path: &str) -> Option<(u32, u32)> {
 pub fn parse_mountinfo(text: &str, dev_lookup: &dyn Fn(&str) -> Option<(u32, u32)>) -> Vec<Mount> {
     let mut mounts = Vec::new();
     for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 7 {
+        // "<id> <parent> <major:minor> <root> <mount point> <options> [optional...] - <fstype> <source> ..."
+        let Some((left, right)) = line.split_once(" - ") else {
             continue;
-        }
-        let Some((maj, min)) = fields[2].split_once(':') else {
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let mut r = right.split(' ');
+        let (Some(mntpoint), Some(devtype), Some(source)) = (l.get(4), r.next(), r.next()) else {
+            continue;
+        };
+        let Some((maj, min)) = l[2].split_once(':') else {
             continue;
         };
         let (Ok(mut devmajor), Ok(mut devminor)) = (maj.parse::<u32>(), min.parse::<u32>()) else {
             continue;
         };
-        // Optional fields end with a lone "-", followed by fstype and source.
-        let Some(sep) = fields.iter().skip(6).position(|f| *f == "-").map(|p| p + 6) else {
-            continue;
-        };
-        let (Some(devtype), Some(source)) = (fields.get(sep + 1), fields.get(sep + 2)) else {
-            continue;
-        };
-        let dirname = decode_mntname(fields[4]);
+        let dirname = decode_mntname(mntpoint);
         let devname = decode_mntname(source);
-        if devmajor == 0 && *devtype == "btrfs" {
+        if devmajor == 0 && devtype == "btrfs" {
             if let Some((ma, mi)) = dev_lookup(&devname) {
                 devmajor = ma;
                 devminor = mi;
@@ -91,7 +95,7 @@ pub fn parse_mountinfo(text: &str, dev_lookup: &dyn Fn(&str) -> Option<(u32, u32
         }
         mounts.push(Mount {
             dirname,
-            devtype: (*devtype).to_owned(),
+            devtype: devtype.to_owned(),
             devmajor,
             devminor,
         });
