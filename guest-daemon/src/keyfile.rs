@@ -6,6 +6,7 @@
 //! an error. Booleans are `true`/`false`/`1`/`0` (anything else is an error). Lists are read by the caller (qemu-ga
 //! splits its list keys on `,`, not GLib's `;`).
 
+use guestlink_protocol::keyfile::{escape_value, unescape_value, UnescapeError};
 use thiserror::Error;
 
 /// A parse or conversion error, with GLib-like wording.
@@ -155,7 +156,7 @@ impl KeyFile {
             for (k, v) in entries {
                 out.push_str(k);
                 out.push('=');
-                out.push_str(&escape(v));
+                out.push_str(&escape_value(v));
                 out.push('\n');
             }
         }
@@ -173,45 +174,14 @@ pub fn split_list(value: &str) -> Vec<String> {
         .collect()
 }
 
+/// GLib's value unescaping; `\;` and `\,` (GLib's list-separator escapes) are kept verbatim for our string reads.
 fn unescape(v: &str) -> Result<String, KeyFileError> {
-    let mut out = String::with_capacity(v.len());
-    let mut chars = v.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('s') => out.push(' '),
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('\\') => out.push('\\'),
-            // GLib keeps `\;` and `\,` escapes for list parsing; keep them verbatim for our string reads.
-            Some(other @ (';' | ',')) => {
-                out.push('\\');
-                out.push(other);
-            }
-            Some(other) => return Err(KeyFileError::BadEscape(format!("\\{other}"))),
-            None => return Err(KeyFileError::BadEscape("\\".to_owned())),
-        }
-    }
-    Ok(out)
-}
-
-fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for (i, c) in v.chars().enumerate() {
-        match c {
-            ' ' if i == 0 => out.push_str("\\s"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\\' => out.push_str("\\\\"),
-            c => out.push(c),
-        }
-    }
-    out
+    unescape_value(v, &[';', ',']).map_err(|e| {
+        KeyFileError::BadEscape(match e {
+            UnescapeError::Invalid(c) => format!("\\{c}"),
+            UnescapeError::AtEnd => "\\".to_owned(),
+        })
+    })
 }
 
 #[cfg(test)]

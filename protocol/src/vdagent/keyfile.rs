@@ -22,42 +22,11 @@ fn err(text: impl Into<String>) -> VdagentError {
     VdagentError::Keyfile(text.into())
 }
 
-/// Escapes a string value the way `g_key_file_set_string` does.
-pub fn escape_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    for (i, c) in value.chars().enumerate() {
-        match c {
-            ' ' if i == 0 => out.push_str("\\s"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\\' => out.push_str("\\\\"),
-            other => out.push(other),
-        }
-    }
-    out
-}
+pub use crate::keyfile::escape_value;
 
-/// Undoes [`escape_value`]; invalid escapes are errors.
+/// Undoes [`escape_value`]; invalid escapes are errors (the shared [`crate::keyfile::unescape_value`]).
 pub fn unescape_value(raw: &str) -> Result<String, VdagentError> {
-    let mut out = String::with_capacity(raw.len());
-    let mut chars = raw.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('s') => out.push(' '),
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('\\') => out.push('\\'),
-            Some(other) => return Err(err(format!("invalid escape sequence \\{other}"))),
-            None => return Err(err("escape character at end of value")),
-        }
-    }
-    Ok(out)
+    crate::keyfile::unescape_value(raw, &[]).map_err(|e| err(e.to_string()))
 }
 
 fn parse_u64(key: &str, value: &str) -> Result<u64, VdagentError> {
