@@ -5,62 +5,28 @@
 //! Missing tools skip loudly, or fail when `GUESTLINK_REQUIRE_PEERS` is set.
 #![allow(dead_code)]
 
+#[path = "session_common/mod.rs"]
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
+use guestlink_protocol::session::SessionMessage;
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
-use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+
+pub use common::session_binary;
+use common::Connection;
 
 /// Generous timeout for one expected message on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Whether `tools` exist; skips (prints) or panics under GUESTLINK_REQUIRE_PEERS.
 pub fn tools_present(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t} >/dev/null")])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if peers_required() {
-        panic!(
-            "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/wayland.txt))"
-        );
-    }
-    eprintln!("\n*** SKIPPED: missing {missing:?} (apt-get install sway wl-clipboard) ***\n");
-    false
-}
-
-/// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
-pub fn session_binary() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINK_SESSION") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "guestlink-session"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo build -p guestlink-session");
-        assert!(status.success(), "building guestlink-session failed");
-        target_dir().join("debug").join("guestlink-session")
-    })
+    common::tools_present(tools, "wayland.txt", "sway wl-clipboard")
 }
 
 /// Runs `c` with a deadline; `None` when it failed. Panics when it hangs.
@@ -323,8 +289,7 @@ impl Drop for Sway {
 pub struct Harness {
     /// Temporary files (socket, runtime dir, downloads, session log).
     pub dir: tempfile::TempDir,
-    stream: UnixStream,
-    rx: Receiver<SessionMessage>,
+    conn: Connection,
     child: Child,
 }
 
@@ -357,44 +322,26 @@ impl Harness {
             c.env(k, v);
         }
         let child = c.spawn().expect("spawning guestlink-session");
-        let (stream, rx) = accept(&listener);
-        let mut h = Harness {
-            dir,
-            stream,
-            rx,
-            child,
-        };
-        h.send(&SessionMessage::Hello {
-            version: 1,
-            session_id: "test".into(),
-            capabilities: Vec::new(),
-        });
+        let conn = Connection::accept(&listener, WAIT);
+        let mut h = Harness { dir, conn, child };
+        h.send(&common::hello());
         h.expect("hello", |m| matches!(m, SessionMessage::Hello { .. }));
         h
     }
 
     /// The agent's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("session.log")).unwrap_or_default()
+        common::session_log(self.dir.path())
     }
 
     /// Sends one frame.
     pub fn send(&mut self, m: &SessionMessage) {
-        let f = encode(m).expect("encode");
-        self.stream.write_all(&f).expect("write to the agent");
+        self.conn.send(m);
     }
 
     /// Waits for a message matching `pred` (others are skipped); panics with the log after [`WAIT`].
     pub fn expect(&self, what: &str, pred: impl Fn(&SessionMessage) -> bool) -> SessionMessage {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(m) if pred(&m) => return m,
-                Ok(_) => {}
-                Err(_) => panic!("no {what} from guestlink-session; log:\n{}", self.log()),
-            }
-        }
+        self.conn.expect(what, WAIT, || self.log(), pred)
     }
 }
 
@@ -407,55 +354,8 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- guestlink-session log ---\n{}", self.log());
-        }
+        common::stop_session(&mut self.child, self.dir.path());
     }
-}
-
-/// Accepts one connection (within [`WAIT`]) and starts a reader thread decoding frames.
-fn accept(listener: &UnixListener) -> (UnixStream, Receiver<SessionMessage>) {
-    listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + WAIT;
-    let stream = loop {
-        match listener.accept() {
-            Ok((s, _)) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(
-                    Instant::now() < deadline,
-                    "guestlink-session never connected"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("accept: {e}"),
-        }
-    };
-    stream.set_nonblocking(false).expect("blocking");
-    let mut rd = stream.try_clone().expect("clone");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut dec = FrameDecoder::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = match rd.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            for m in dec.feed(&buf[..n]) {
-                match m {
-                    Ok(m) => {
-                        if tx.send(m).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => panic!("bad frame from guestlink-session: {e}"),
-                }
-            }
-        }
-    });
-    (stream, rx)
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so a mismatch is not hidden by repetition.

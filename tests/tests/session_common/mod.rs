@@ -1,0 +1,163 @@
+//! Helpers shared by the `session_x11_*` and `session_wayland_*` harnesses (included from
+//! `session_x11_support.rs` / `session_wayland_support.rs` with `#[path]`): the peer check, the
+//! `guestlink-session` binary, and the fake guestlinkd's end of the session socket.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
+use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+
+/// Whether `tools` exist; skips (prints `apt_hint`) or panics under GUESTLINK_REQUIRE_PEERS (naming the
+/// `.ci/apt.d/<apt_list>` file that installs them).
+pub fn tools_present(tools: &[&str], apt_list: &str, apt_hint: &str) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t} >/dev/null")])
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if peers_required() {
+        panic!(
+            "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/{apt_list}))"
+        );
+    }
+    eprintln!("\n*** SKIPPED: missing {missing:?} (apt-get install {apt_hint}) ***\n");
+    false
+}
+
+/// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
+pub fn session_binary() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GUESTLINK_SESSION") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "guestlink-session"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("cargo build -p guestlink-session");
+        assert!(status.success(), "building guestlink-session failed");
+        target_dir().join("debug").join("guestlink-session")
+    })
+}
+
+/// The agent's log in the harness directory `dir` so far.
+pub fn session_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("session.log")).unwrap_or_default()
+}
+
+/// The hello the fake guestlinkd sends first.
+pub fn hello() -> SessionMessage {
+    SessionMessage::Hello {
+        version: 1,
+        session_id: "test".into(),
+        capabilities: Vec::new(),
+    }
+}
+
+/// Kills the agent and, when the test is failing, prints its log (the harnesses' `Drop`).
+pub fn stop_session(child: &mut Child, dir: &Path) {
+    let _ = child.kill();
+    let _ = child.wait();
+    if std::thread::panicking() {
+        eprintln!("--- guestlink-session log ---\n{}", session_log(dir));
+    }
+}
+
+/// The fake guestlinkd's end of one session-socket connection: a writer and the decoded frames it receives.
+#[derive(Debug)]
+pub struct Connection {
+    stream: UnixStream,
+    rx: Receiver<SessionMessage>,
+}
+
+impl Connection {
+    /// Accepts one connection (within `wait`) and starts a reader thread decoding frames.
+    pub fn accept(listener: &UnixListener, wait: Duration) -> Connection {
+        listener.set_nonblocking(true).expect("nonblocking");
+        let deadline = Instant::now() + wait;
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "guestlink-session never connected"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).expect("blocking");
+        let mut rd = stream.try_clone().expect("clone");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut dec = FrameDecoder::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = match rd.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                for m in dec.feed(&buf[..n]) {
+                    match m {
+                        Ok(m) => {
+                            if tx.send(m).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => panic!("bad frame from guestlink-session: {e}"),
+                    }
+                }
+            }
+        });
+        Connection { stream, rx }
+    }
+
+    /// Sends one frame.
+    pub fn send(&mut self, m: &SessionMessage) {
+        let f = encode(m).expect("encode");
+        self.stream.write_all(&f).expect("write to the agent");
+    }
+
+    /// Waits up to `wait` for a message matching `pred` (others are skipped); panics with `log()` after that.
+    pub fn expect(
+        &self,
+        what: &str,
+        wait: Duration,
+        log: impl Fn() -> String,
+        pred: impl Fn(&SessionMessage) -> bool,
+    ) -> SessionMessage {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(m) if pred(&m) => return m,
+                Ok(_) => {}
+                Err(_) => panic!("no {what} from guestlink-session; log:\n{}", log()),
+            }
+        }
+    }
+
+    /// Shuts the connection down (the agent sees EOF).
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
