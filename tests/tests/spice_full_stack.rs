@@ -8,24 +8,14 @@
 
 mod spice_common;
 
-use std::io::Write;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use guestlink_tests::agent::guestlinkd_path;
 use sha2::{Digest, Sha256};
 use spice_common::{
-    guestlink_bin, payload, peers, session_bin, start_relay, wait_for, xvfb, Procs,
+    guestlink_bin, ok, payload, peers, session_bin, start_relay, wait_for, xvfb, Procs, SpiceEnv,
 };
-
-struct Env {
-    dir: tempfile::TempDir,
-    display: String,
-    /// What `--spice-socket` gets: the relay's socket or the host end of a socat pty pair.
-    host_end: PathBuf,
-    _procs: Procs,
-}
 
 /// How the "virtio port" is emulated.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -36,40 +26,7 @@ enum Link {
     SocatPty,
 }
 
-impl Env {
-    fn guestlink(&self, args: &[&str]) -> Output {
-        Command::new(guestlink_bin())
-            .arg("--spice-socket")
-            .arg(&self.host_end)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run guestlink")
-    }
-
-    fn x(&self, prog: &str) -> Command {
-        let mut c = Command::new(prog);
-        c.env("DISPLAY", &self.display);
-        c
-    }
-
-    fn downloads(&self) -> PathBuf {
-        self.dir.path().join("downloads")
-    }
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "guestlink failed: {}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn start(link: Link) -> Option<Env> {
+fn start(link: Link) -> Option<SpiceEnv> {
     peers(&["Xvfb", "xclip", "xrandr", "socat"])?;
     let (guestlinkd, session, _) = (guestlinkd_path(), session_bin(), guestlink_bin());
     let dir = tempfile::tempdir().unwrap();
@@ -132,11 +89,11 @@ fn start(link: Link) -> Option<Env> {
             .spawn()
             .expect("guestlink-session"),
     );
-    let env = Env {
+    let env = SpiceEnv {
         dir,
         display,
-        host_end,
-        _procs: procs,
+        spice_socket: host_end,
+        procs,
     };
     match port_open {
         Some(open) => wait_for("guestlinkd to open its port", || *open.lock().unwrap()),
@@ -174,77 +131,20 @@ fn full_stack(link: Link) {
     assert_eq!(v["caps"][0], 0x0003_d5e7, "guestlinkd's announced caps");
 
     // Host → guest.
-    let text = "hello from the host ✓";
-    let mut setter = Command::new(guestlink_bin())
-        .arg("--spice-socket")
-        .arg(&env.host_end)
-        .args([
-            "clipboard",
-            "set",
-            text,
-            "--loops",
-            "1",
-            "--serve-timeout",
-            "60",
-        ])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut pasted = String::new();
-    wait_for("xclip -o to paste the host text", || {
-        let o = env
-            .x("xclip")
-            .args(["-o", "-selection", "clipboard"])
-            .output()
-            .unwrap();
-        pasted = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success() && !pasted.is_empty()
-    });
-    assert_eq!(pasted, text);
-    assert!(setter.wait().unwrap().success());
+    env.clipboard_host_to_guest("hello from the host ✓");
 
     // Guest → host.
-    let guest_text = "guest says hi\nline two";
-    let mut xclip = env
-        .x("xclip")
-        .args(["-i", "-quiet", "-selection", "clipboard"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    xclip
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(guest_text.as_bytes())
-        .unwrap();
-    let mut got = String::new();
-    let mut tries = 0;
-    wait_for("clipboard get to return the guest text", || {
-        tries += 1;
-        if tries == 200 {
-            logs();
-        }
-        let o = env.guestlink(&["clipboard", "get"]);
-        got = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success() && got == guest_text
-    });
-    let _ = xclip.kill();
-    let _ = xclip.wait();
+    env.clipboard_guest_to_host("guest says hi\nline two", logs);
 
     // Resize through the session agent's RandR backend.
-    ok(&env.guestlink(&["resize", "1024x768"]));
-    wait_for("xrandr to show 1024x768", || {
-        let o = env.x("xrandr").output().unwrap();
-        String::from_utf8_lossy(&o.stdout).contains("current 1024 x 768")
-    });
+    env.resize_to_1024x768();
 
     // send-file.
     let src = env.dir.path().join("payload.bin");
     let data = payload(3 * 1024 * 1024 + 123);
     std::fs::write(&src, &data).unwrap();
     ok(&env.guestlink(&["send-file", src.to_str().unwrap()]));
-    let landed = std::fs::read(env.downloads().join("payload.bin")).expect("file not saved");
+    let landed =
+        std::fs::read(env.dir.path().join("downloads/payload.bin")).expect("file not saved");
     assert_eq!(Sha256::digest(&landed), Sha256::digest(&data));
 }

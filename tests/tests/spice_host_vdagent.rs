@@ -11,44 +11,14 @@
 
 mod spice_common;
 
-use std::io::Write;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use spice_common::{guestlink_bin, payload, peers, start_relay, wait_for, xvfb, Procs};
+use spice_common::{ok, payload, peers, start_relay, wait_for, xvfb, Procs, SpiceEnv};
 
-struct Env {
-    dir: tempfile::TempDir,
-    display: String,
-    _procs: Procs,
-}
-
-impl Env {
-    fn chardev(&self) -> PathBuf {
-        self.dir.path().join("chardev.sock")
-    }
-
-    fn guestlink(&self, args: &[&str]) -> Output {
-        Command::new(guestlink_bin())
-            .arg("--spice-socket")
-            .arg(self.chardev())
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run guestlink")
-    }
-
-    fn x(&self, prog: &str) -> Command {
-        let mut c = Command::new(prog);
-        c.env("DISPLAY", &self.display);
-        c
-    }
-}
-
-fn start() -> Option<Env> {
+fn start() -> Option<SpiceEnv> {
     peers(&["spice-vdagentd", "spice-vdagent", "Xvfb", "xclip", "xrandr"])?;
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
@@ -101,22 +71,13 @@ fn start() -> Option<Env> {
     wait_for("spice-vdagentd to open its port", || {
         *guest_connected.lock().unwrap()
     });
-    Some(Env {
+    let spice_socket = dir.path().join("chardev.sock");
+    Some(SpiceEnv {
         dir,
         display,
-        _procs: procs,
+        spice_socket,
+        procs,
     })
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "guestlink failed: {}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]
@@ -136,67 +97,13 @@ fn host_commands_against_real_spice_vdagent() {
     eprintln!("spice-vdagentd caps: {caps:#010x}");
 
     // Host → guest clipboard: guestlink serves one paste; xclip -o in the guest prints it.
-    let text = "hello from the host ✓";
-    let mut setter = Command::new(guestlink_bin())
-        .arg("--spice-socket")
-        .arg(env.chardev())
-        .args([
-            "clipboard",
-            "set",
-            text,
-            "--loops",
-            "1",
-            "--serve-timeout",
-            "60",
-        ])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut pasted = String::new();
-    wait_for("xclip -o to paste the host text", || {
-        let o = env
-            .x("xclip")
-            .args(["-o", "-selection", "clipboard"])
-            .output()
-            .unwrap();
-        pasted = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success() && !pasted.is_empty()
-    });
-    assert_eq!(pasted, text);
-    let st = setter.wait().unwrap();
-    assert!(st.success(), "clipboard set: {st}");
+    env.clipboard_host_to_guest("hello from the host ✓");
 
     // Guest → host: xclip -i owns the guest clipboard; guestlink clipboard get reads it.
-    let guest_text = "guest says hi\nline two";
-    let mut xclip = env
-        .x("xclip")
-        .args(["-i", "-quiet", "-selection", "clipboard"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    xclip
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(guest_text.as_bytes())
-        .unwrap();
-    let mut got = String::new();
-    wait_for("clipboard get to return the guest text", || {
-        let o = env.guestlink(&["clipboard", "get"]);
-        got = String::from_utf8_lossy(&o.stdout).into_owned();
-        o.status.success() && got == guest_text
-    });
-    let _ = xclip.kill();
-    let _ = xclip.wait();
+    env.clipboard_guest_to_host("guest says hi\nline two", || {});
 
     // Resize: the agent applies it with RandR on Xvfb.
-    ok(&env.guestlink(&["resize", "1024x768"]));
-    wait_for("xrandr to show 1024x768", || {
-        let o = env.x("xrandr").output().unwrap();
-        String::from_utf8_lossy(&o.stdout).contains("current 1024 x 768")
-    });
+    env.resize_to_1024x768();
 
     // send-file: 3 MiB + 123 bytes lands in ~/Downloads with the same sha256.
     let src = env.dir.path().join("payload.bin");

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -189,4 +189,122 @@ pub fn payload(len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A started guest side, seen from the host: `guestlink --spice-socket <spice_socket>` and X clients on `display`.
+/// Dropping it drops `dir` first, then kills `procs`.
+pub struct SpiceEnv {
+    /// The test's files (sockets, logs, payloads).
+    pub dir: tempfile::TempDir,
+    /// The guest's X display.
+    pub display: String,
+    /// What `--spice-socket` gets: the relay's socket or the host end of a socat pty pair.
+    pub spice_socket: PathBuf,
+    /// The guest-side processes.
+    pub procs: Procs,
+}
+
+impl SpiceEnv {
+    /// Runs `guestlink --spice-socket … <args>` to completion.
+    pub fn guestlink(&self, args: &[&str]) -> Output {
+        Command::new(guestlink_bin())
+            .arg("--spice-socket")
+            .arg(&self.spice_socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run guestlink")
+    }
+
+    /// `prog` on the guest's display.
+    pub fn x(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        c.env("DISPLAY", &self.display);
+        c
+    }
+
+    /// Host → guest clipboard: `guestlink clipboard set` serves one paste; `xclip -o` in the guest prints `text`.
+    pub fn clipboard_host_to_guest(&self, text: &str) {
+        let mut setter = Command::new(guestlink_bin())
+            .arg("--spice-socket")
+            .arg(&self.spice_socket)
+            .args([
+                "clipboard",
+                "set",
+                text,
+                "--loops",
+                "1",
+                "--serve-timeout",
+                "60",
+            ])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut pasted = String::new();
+        wait_for("xclip -o to paste the host text", || {
+            let o = self
+                .x("xclip")
+                .args(["-o", "-selection", "clipboard"])
+                .output()
+                .unwrap();
+            pasted = String::from_utf8_lossy(&o.stdout).into_owned();
+            o.status.success() && !pasted.is_empty()
+        });
+        assert_eq!(pasted, text);
+        let st = setter.wait().unwrap();
+        assert!(st.success(), "clipboard set: {st}");
+    }
+
+    /// Guest → host clipboard: `xclip -i` owns the guest clipboard with `text`; `guestlink clipboard get` reads it.
+    /// `on_slow` runs once, after 200 unsuccessful polls (to print the guest's logs).
+    pub fn clipboard_guest_to_host(&self, text: &str, on_slow: impl Fn()) {
+        let mut xclip = self
+            .x("xclip")
+            .args(["-i", "-quiet", "-selection", "clipboard"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        xclip
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let mut got = String::new();
+        let mut tries = 0;
+        wait_for("clipboard get to return the guest text", || {
+            tries += 1;
+            if tries == 200 {
+                on_slow();
+            }
+            let o = self.guestlink(&["clipboard", "get"]);
+            got = String::from_utf8_lossy(&o.stdout).into_owned();
+            o.status.success() && got == text
+        });
+        let _ = xclip.kill();
+        let _ = xclip.wait();
+    }
+
+    /// `guestlink resize 1024x768`, then waits for xrandr in the guest to show it.
+    pub fn resize_to_1024x768(&self) {
+        ok(&self.guestlink(&["resize", "1024x768"]));
+        wait_for("xrandr to show 1024x768", || {
+            let o = self.x("xrandr").output().unwrap();
+            String::from_utf8_lossy(&o.stdout).contains("current 1024 x 768")
+        });
+    }
+}
+
+/// The stdout of a `guestlink` run that must have succeeded.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "guestlink failed: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
