@@ -3,49 +3,29 @@
 //! The expectations are qemu-ga 7.2.22's measured transcript (qga-protocol.md §2.10) and the protocol cases of
 //! QEMU's `tests/unit/test-qga.c` (invalid-oob, invalid-args, invalid-cmd, id echo, sync-delimited).
 
-use guestlink_protocol::qga::schema::{Command, GuestSyncArgs};
+mod common;
+
+use common::mini_agent;
+use guestlink_protocol::qga::schema::Command;
 use guestlink_protocol::qga::{
-    encode_reply, encode_request, ErrorClass, JsonStreamer, Limits, QgaError, Reply, ReplyDecoder,
-    ReplyEvent, Request, StreamEvent,
+    encode_request, ErrorClass, JsonStreamer, Limits, QgaError, Reply, ReplyDecoder, ReplyEvent,
+    Request, StreamEvent,
 };
 use serde_json::{json, Value};
 
 /// A minimal agent core: answers sync, sync-delimited and ping; blocks one command like `-b`.
 fn agent(s: &mut JsonStreamer, input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for ev in s.feed(input) {
-        let reply = match ev {
-            StreamEvent::Error(e) => Reply::err(None, e),
-            StreamEvent::Value(v) => match Request::from_value(v) {
-                Err(e) => Reply::err(e.id, e.error),
-                Ok(req) => {
-                    let id = req.id.clone();
-                    if req.execute == "guest-fsfreeze-freeze" {
-                        Reply::err(id, QgaError::disabled(&req.execute, None))
-                    } else {
-                        match req.command() {
-                            Err(e) => Reply::err(id, e),
-                            Ok(Command::GuestSyncDelimited(GuestSyncArgs { id: n })) => Reply {
-                                id,
-                                body: Ok(json!(n)),
-                                delimited: true,
-                            },
-                            Ok(Command::GuestSync(GuestSyncArgs { id: n })) => {
-                                Reply::ok(id, json!(n))
-                            }
-                            Ok(Command::GuestPing) => Reply::ok(id, json!({})),
-                            Ok(other) => Reply::err(
-                                id,
-                                QgaError::generic(format!("not in this test: {}", other.name())),
-                            ),
-                        }
-                    }
-                }
-            },
-        };
-        encode_reply(&reply, &mut out);
-    }
-    out
+    mini_agent(
+        s,
+        input,
+        |name| (name == "guest-fsfreeze-freeze").then(|| QgaError::disabled(name, None)),
+        |id, other| {
+            Reply::err(
+                id,
+                QgaError::generic(format!("not in this test: {}", other.name())),
+            )
+        },
+    )
 }
 
 #[test]

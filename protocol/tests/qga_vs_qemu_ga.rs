@@ -6,15 +6,16 @@
 //! sync, ping, unknown and blocked commands): no case lets a real command run. Skipped, with a message, when
 //! `/usr/sbin/qemu-ga` is absent (CI installs it from `.ci/apt.d/qga.txt`). This file does I/O only in the test.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_protocol::qga::schema::{Command, GuestSyncArgs};
-use guestlink_protocol::qga::{encode_reply, JsonStreamer, QgaError, Reply, Request, StreamEvent};
-use serde_json::json;
+use common::mini_agent;
+use guestlink_protocol::qga::{JsonStreamer, QgaError};
 
 const QEMU_GA: &str = "/usr/sbin/qemu-ga";
 const BLOCKED: &str = "guest-fsfreeze-freeze,guest-fsfreeze-freeze-list,guest-fsfreeze-thaw,guest-shutdown,\
@@ -76,40 +77,20 @@ fn start_agent(tag: &str) -> Option<(Agent, UnixStream)> {
 
 /// What guestlinkd's dispatcher does for the protocol-level cases (the model under test).
 fn model(s: &mut JsonStreamer, input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for ev in s.feed(input) {
-        let reply = match ev {
-            StreamEvent::Error(e) => Reply::err(None, e),
-            StreamEvent::Value(v) => match Request::from_value(v) {
-                Err(e) => Reply::err(e.id, e.error),
-                Ok(req) => {
-                    let id = req.id.clone();
-                    let name = req.execute.as_str();
-                    if BLOCKED.split(',').any(|b| b == name) {
-                        Reply::err(id, QgaError::disabled(name, None))
-                    } else if NOT_IN_7_2.contains(&name) {
-                        Reply::err(id, QgaError::not_found(name))
-                    } else {
-                        match req.command() {
-                            Err(e) => Reply::err(id, e),
-                            Ok(Command::GuestSyncDelimited(GuestSyncArgs { id: n })) => Reply {
-                                id,
-                                body: Ok(json!(n)),
-                                delimited: true,
-                            },
-                            Ok(Command::GuestSync(GuestSyncArgs { id: n })) => {
-                                Reply::ok(id, json!(n))
-                            }
-                            Ok(Command::GuestPing) => Reply::ok(id, json!({})),
-                            Ok(c) => panic!("case would run {} for real", c.name()),
-                        }
-                    }
-                }
-            },
-        };
-        encode_reply(&reply, &mut out);
-    }
-    out
+    mini_agent(
+        s,
+        input,
+        |name| {
+            if BLOCKED.split(',').any(|b| b == name) {
+                Some(QgaError::disabled(name, None))
+            } else if NOT_IN_7_2.contains(&name) {
+                Some(QgaError::not_found(name))
+            } else {
+                None
+            }
+        },
+        |_, c| panic!("case would run {} for real", c.name()),
+    )
 }
 
 /// Sends `case` plus a guest-sync marker and returns everything qemu-ga answered, marker reply included.
