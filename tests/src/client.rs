@@ -192,6 +192,23 @@ impl Client {
         error_of(&r).unwrap_or_else(|| panic!("{execute} {arguments:?} should fail: {r}"))
     }
 
+    /// Polls `guest-exec-status` for `pid` every 20 ms until `exited` (panics after `timeout`); returns the final
+    /// status.
+    pub fn exec_wait(&mut self, pid: &Value, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = self.ok("guest-exec-status", Some(json!({ "pid": pid })));
+            if st["exited"] == json!(true) {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} did not exit: {st}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Asserts `guest-ping` still works (the agent keeps serving).
     pub fn ping(&mut self) {
         assert_eq!(

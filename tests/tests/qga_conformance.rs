@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test qga_conformance` (`-- qemu_ga` / `-- guestlinkd` for one agent).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -26,18 +26,7 @@ fn finish(agent: Agent, client: Client) {
 
 /// Polls guest-exec-status until `exited` (≤ 30 s); returns the final status.
 fn exec_wait(c: &mut Client, pid: &Value) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = c.ok("guest-exec-status", Some(json!({ "pid": pid })));
-        if st["exited"] == json!(true) {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} did not exit: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    c.exec_wait(pid, Duration::from_secs(30))
 }
 
 fn b64(v: &Value) -> Vec<u8> {

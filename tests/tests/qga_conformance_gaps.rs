@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test qga_conformance_gaps` (`-- qemu_ga` / `-- guestlinkd`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -201,19 +201,9 @@ both_agents! {
     }
 }
 
+/// Polls guest-exec-status until `exited` (≤ 60 s); returns the final status.
 fn exec_wait(c: &mut Client, pid: &Value) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st = c.ok("guest-exec-status", Some(json!({ "pid": pid })));
-        if st["exited"] == json!(true) {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} did not exit: {st}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    c.exec_wait(pid, Duration::from_secs(60))
 }
 
 both_agents! {
