@@ -8,7 +8,7 @@
 #[path = "session_common/mod.rs"]
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -29,41 +29,9 @@ pub fn tools_present(tools: &[&str]) -> bool {
     common::tools_present(tools, "wayland.txt", "sway wl-clipboard")
 }
 
-/// Runs `c` with a deadline; `None` when it failed. Panics when it hangs.
-pub fn run(mut c: Command, stdin: Option<&[u8]>) -> Option<Vec<u8>> {
-    let mut child = c
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    if let Some(data) = stdin {
-        let mut i = child.stdin.take().expect("piped");
-        i.write_all(data).expect("stdin");
-    }
-    let mut stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = stdout.read_to_end(&mut v);
-        v
-    });
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let data = reader.join().expect("reader");
-            return status.success().then_some(data);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{c:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Runs `c` with a deadline ([`WAIT`]); `None` when it failed. Panics when it hangs.
+pub fn run(c: Command, stdin: Option<&[u8]>) -> Option<Vec<u8>> {
+    common::run(c, stdin, WAIT)
 }
 
 /// A private headless sway (as uid 65534 when we are root: sway refuses to run as root), killed on drop.

@@ -151,30 +151,7 @@ impl Xvfb {
         if let Some(t) = target {
             c.args(["-t", t]);
         }
-        let mut child = c
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("xclip");
-        let mut stdout = child.stdout.take().expect("piped");
-        let reader = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = stdout.read_to_end(&mut v);
-            v
-        });
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait xclip") {
-                let data = reader.join().expect("reader");
-                return status.success().then_some(data);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("xclip -o hung");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::run(c, None, WAIT)
     }
 
     /// Polls until TARGETS of `selection` contains `target` (the agent's grab is asynchronous).

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -55,6 +55,44 @@ pub fn session_binary() -> &'static PathBuf {
         assert!(status.success(), "building guestlink-session failed");
         target_dir().join("debug").join("guestlink-session")
     })
+}
+
+/// Runs `c` (stdout captured, stderr discarded, `stdin` fed or null) with a deadline of `wait`; `None` when it
+/// failed. Panics when it hangs.
+pub fn run(mut c: Command, stdin: Option<&[u8]>, wait: Duration) -> Option<Vec<u8>> {
+    let mut child = c
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    if let Some(data) = stdin {
+        let mut i = child.stdin.take().expect("piped");
+        i.write_all(data).expect("stdin");
+    }
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let data = reader.join().expect("reader");
+            return status.success().then_some(data);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{c:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The agent's log in the harness directory `dir` so far.
