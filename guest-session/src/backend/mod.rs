@@ -137,7 +137,7 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
         }
         (None, Some(w)) => tracing::warn!(
             wayland = ?w,
-            "WAYLAND_DISPLAY without DISPLAY: no Wayland backend yet; clipboard and resize disabled"
+            "WAYLAND_DISPLAY without DISPLAY and no usable Wayland protocol (data-control, output management): clipboard and resize disabled"
         ),
         (None, None) => {
             tracing::warn!(
