@@ -1,7 +1,9 @@
 //! Real libvirt against the agent in the micro-VM: a transient `qemu` (TCG) domain with `<kernel>`/`<initrd>` and a
 //! unix `<channel>` named `org.qemu.guest_agent.0`, driven with `virsh domfsfreeze/domfsthaw`,
 //! `qemu-agent-command`, `guestinfo`, `domtime`, `domfsinfo` and `snapshot-create-as --disk-only --quiesce` (the
-//! frozen base image must be a clean ext4 that needs no journal recovery).
+//! frozen base image must be a clean ext4 that needs no journal recovery). The same domain is then driven by the
+//! built `guestlink` CLI with `--libvirt-uri qemu:///system --domain NAME` (queries, exec, file push/pull and
+//! `quiesce` around a host command that checks the guest writer is stalled).
 //!
 //! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
 //! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
@@ -13,8 +15,10 @@ mod harness;
 
 use harness::{Control, VmEnv};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const URI: &str = "qemu:///system";
@@ -204,6 +208,75 @@ fn count_in(text: &str, prefix: &str) -> u64 {
         .unwrap_or_else(|| panic!("no '{prefix} N' in: {text}"))
 }
 
+/// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p guestlink`.
+fn guestlink_bin() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(p) = std::env::var_os("GUESTLINK_BIN") {
+            return PathBuf::from(p);
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root")
+            .to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "guestlink", "--bin", "guestlink"])
+            .current_dir(&root)
+            .status()
+            .expect("cargo build -p guestlink");
+        assert!(status.success());
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+        target.join("debug").join("guestlink")
+    })
+}
+
+/// `guestlink --libvirt-uri qemu:///system --domain NAME ARGS…` with generous timeouts (TCG, loaded machine).
+fn guestlink(domain: &str, args: &[&str]) -> Output {
+    let out = Command::new(guestlink_bin())
+        .args(["--libvirt-uri", URI, "--domain", domain])
+        .args(["--agent-timeout", "60"])
+        .args(args)
+        .env_remove("GUESTLINK_SOCKET")
+        .env_remove("GUESTLINK_VIRSH")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run guestlink");
+    // The quiesce host command is long: log the options up to `--`.
+    let shown: Vec<&str> = args.iter().copied().take_while(|a| *a != "--").collect();
+    eprintln!(
+        "[guestlink] {shown:?} -> {} ({} bytes stdout)",
+        out.status,
+        out.stdout.len()
+    );
+    out
+}
+
+/// Like [`guestlink`], asserting exit status 0; returns stdout.
+fn guestlink_ok(domain: &str, args: &[&str]) -> String {
+    let out = guestlink(domain, args);
+    assert!(
+        out.status.success(),
+        "guestlink {args:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json_doc(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[test]
 fn vm_libvirt_virsh() {
     let Some(env) = harness::gate("vm_libvirt_virsh") else {
@@ -340,6 +413,8 @@ fn vm_libvirt_virsh() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    let mut ctl = guestlink_cli_over_libvirt(&env, &dom, ctl, &info);
+
     eprintln!(
         "[libvirt] snapshot-create-as --disk-only --quiesce (libvirt's freeze → snapshot → thaw)"
     );
@@ -401,4 +476,298 @@ fn vm_libvirt_virsh() {
         String::from_utf8_lossy(&fsck.stdout),
         String::from_utf8_lossy(&fsck.stderr)
     );
+}
+
+/// Host command for `quiesce`: reads the guest writer's counter twice, 1.5 s apart, through the control port
+/// (`tests/vm/guestctl`, `$1` = guestctl, `$2` = the port's socket) and exits 0 only if it stalled (one tick of
+/// slack); it also checks that `/mnt/data2`, not frozen, stays writable.
+const STALL_CHECK: &str = r#"c() { "$1" "$2" "$3"; }
+p() { for i in 1 2 3 4 5 6 7 8 9 10; do v=$(c "$1" "$2" 'cat /run/progress'); case "$v" in ''|*[!0-9]*) sleep 0.2;; *) echo "$v"; return 0;; esac; done; return 1; }
+p1=$(p "$1" "$2") || exit 10
+sleep 1.5
+p2=$(p "$1" "$2") || exit 10
+[ "$(c "$1" "$2" 'echo ok > /mnt/data2/q && cat /mnt/data2/q')" = ok ] || exit 11
+echo "stall-check: writer $p1 -> $p2" >&2
+[ "$p2" -le $((p1 + 1)) ]"#;
+
+/// The built `guestlink` CLI through real libvirt (`--libvirt-uri qemu:///system --domain NAME`) on the same
+/// domain: queries, exec, file push/pull and quiesce. The control connection `ctl` is closed while the stall check
+/// talks to the guest through the same port (one client at a time); a new connection is returned.
+fn guestlink_cli_over_libvirt(
+    env: &VmEnv,
+    dom: &Domain,
+    ctl: Control,
+    virsh_info: &Value,
+) -> Control {
+    let name = dom.name.as_str();
+    let mut ctl = ctl;
+    let uname = ctl.run_ok("uname -r");
+
+    eprintln!("[libvirt] guestlink --domain: ping, info, osinfo, fsinfo");
+    let ping = guestlink_ok(name, &["ping"]);
+    assert!(ping.starts_with("agent answered in "), "ping: {ping}");
+    eprintln!("[libvirt] guestlink ping: {}", ping.trim());
+    // virsh errors are passed through: a missing domain, and an agent error reply.
+    let out = guestlink("guestlink-no-such-domain", &["ping"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("guestlink-no-such-domain"), "{stderr}");
+    let out = guestlink(name, &["raw", "guest-no-such-command"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("guest-no-such-command"), "{stderr}");
+    eprintln!("[libvirt] agent error through virsh: {}", stderr.trim());
+    assert_eq!(
+        json_doc(&guestlink_ok(name, &["--json", "ping"]))["ok"],
+        true
+    );
+
+    let info = json_doc(&guestlink_ok(name, &["--json", "info"]));
+    let version = info["version"]
+        .as_str()
+        .unwrap_or_else(|| panic!("info: {info}"));
+    assert_eq!(info["version"], virsh_info["version"], "{info}");
+    let names = |v: &Value| -> Vec<String> {
+        v["supported_commands"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no supported_commands: {v}"))
+            .iter()
+            .map(|c| {
+                c["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{c}"))
+                    .to_owned()
+            })
+            .collect()
+    };
+    let cmds = names(&info);
+    assert_eq!(
+        cmds,
+        names(virsh_info),
+        "guestlink info vs virsh guest-info"
+    );
+    for want in [
+        "guest-ping",
+        "guest-info",
+        "guest-exec",
+        "guest-exec-status",
+        "guest-file-open",
+        "guest-file-read",
+        "guest-file-write",
+        "guest-fsfreeze-freeze-list",
+        "guest-fsfreeze-thaw",
+        "guest-get-fsinfo",
+        "guest-get-osinfo",
+    ] {
+        assert!(
+            cmds.iter().any(|c| c == want),
+            "info lacks {want}: {cmds:?}"
+        );
+    }
+    let human = guestlink_ok(name, &["info"]);
+    assert!(human.contains(version), "info: {human}");
+
+    let os = guestlink_ok(name, &["osinfo"]);
+    assert!(os.contains(&uname), "osinfo lacks {uname}: {os}");
+    let os = json_doc(&guestlink_ok(name, &["--json", "osinfo"]));
+    assert_eq!(os["kernel-release"], uname.as_str(), "{os}");
+    assert_eq!(os["id"], "guestlink-vm", "{os}");
+
+    let fs = guestlink_ok(name, &["fsinfo"]);
+    assert!(
+        fs.lines().any(|l| {
+            let w: Vec<_> = l.split_whitespace().collect();
+            w.first() == Some(&"/mnt/data") && w.contains(&"ext4")
+        }),
+        "fsinfo lacks /mnt/data ext4:\n{fs}"
+    );
+    let fs = json_doc(&guestlink_ok(name, &["--json", "fsinfo"]));
+    let mounts: Vec<&str> = fs
+        .as_array()
+        .unwrap_or_else(|| panic!("fsinfo: {fs}"))
+        .iter()
+        .filter_map(|f| f["mountpoint"].as_str())
+        .collect();
+    assert!(mounts.contains(&"/mnt/data"), "{mounts:?}");
+    assert!(mounts.contains(&"/mnt/data2"), "{mounts:?}");
+
+    eprintln!("[libvirt] guestlink --domain exec");
+    let out = guestlink(name, &["exec", "--", "/bin/echo", "hi"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).as_ref()
+        ),
+        (Some(0), "hi\n"),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = guestlink(name, &["exec", "--", "/bin/sh", "-c", "exit 3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    eprintln!("[libvirt] guestlink --domain file push / pull");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut data = vec![0u8; 200 * 1024 + 17];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").expect("urandom"),
+        &mut data,
+    )
+    .expect("read urandom");
+    let sum = sha256_hex(&data);
+    let src = scratch.path().join("src.bin");
+    std::fs::write(&src, &data).expect("write src");
+    let src_s = src.to_string_lossy().into_owned();
+    // 64 KiB chunks: several virsh calls per direction.
+    let push = json_doc(&guestlink_ok(
+        name,
+        &[
+            "--json",
+            "file",
+            "push",
+            "--chunk-size",
+            "65536",
+            &src_s,
+            "/run/gl-cli.bin",
+        ],
+    ));
+    assert_eq!(push["sha256"], sum.as_str(), "{push}");
+    assert_eq!(push["bytes"], data.len(), "{push}");
+    let guest_sum = ctl.run_ok("sha256sum /run/gl-cli.bin");
+    assert_eq!(guest_sum.split_whitespace().next(), Some(sum.as_str()));
+    let back = scratch.path().join("back.bin");
+    let back_s = back.to_string_lossy().into_owned();
+    let pull = json_doc(&guestlink_ok(
+        name,
+        &[
+            "--json",
+            "file",
+            "pull",
+            "--chunk-size",
+            "65536",
+            "/run/gl-cli.bin",
+            &back_s,
+        ],
+    ));
+    assert_eq!(pull["sha256"], sum.as_str(), "{pull}");
+    eprintln!(
+        "[libvirt] {} bytes in 64 KiB chunks: push {} s ({}), pull {} s ({})",
+        data.len(),
+        push["seconds"],
+        push["verified"],
+        pull["seconds"],
+        pull["verified"]
+    );
+    let got = std::fs::read(&back).expect("read pulled file");
+    assert_eq!(sha256_hex(&got), sum, "pulled file differs");
+    let mut left: Vec<String> = std::fs::read_dir(scratch.path())
+        .expect("readdir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["back.bin", "src.bin"], "host leftovers");
+    let guest_left = ctl.run_ok("ls -a /run");
+    assert!(
+        !guest_left.contains(".guestlink-"),
+        "guest leftovers: {guest_left}"
+    );
+    ctl.run_ok("rm -f /run/gl-cli.bin");
+
+    eprintln!("[libvirt] guestlink --domain quiesce --mountpoint /mnt/data -- <stall check>");
+    let sock = dom.channel_path("org.guestlink.test.0");
+    let sock_s = sock.to_string_lossy().into_owned();
+    let guestctl = env.vm_dir.join("guestctl");
+    let guestctl_s = guestctl.to_string_lossy().into_owned();
+    let p0 = ctl.progress();
+    assert!(
+        ctl.progress_moves(p0, Duration::from_secs(30)),
+        "writer not running"
+    );
+    drop(ctl);
+    // The check must be able to fail: unfrozen, the writer moves and the same command exits non-zero.
+    let unfrozen = Command::new("sh")
+        .args(["-c", STALL_CHECK, "sh", &guestctl_s, &sock_s])
+        .output()
+        .expect("run stall check");
+    eprintln!(
+        "[libvirt] unfrozen: {}",
+        String::from_utf8_lossy(&unfrozen.stderr).trim()
+    );
+    assert_eq!(
+        unfrozen.status.code(),
+        Some(1),
+        "stall check on a running guest: {}",
+        String::from_utf8_lossy(&unfrozen.stderr)
+    );
+    let quiesce = |json: bool| -> Output {
+        let mut args: Vec<&str> = Vec::new();
+        if json {
+            args.push("--json");
+        }
+        args.extend([
+            "quiesce",
+            "--mountpoint",
+            "/mnt/data",
+            "--timeout",
+            "300",
+            "--",
+            "sh",
+            "-c",
+            STALL_CHECK,
+            "sh",
+            &guestctl_s,
+            &sock_s,
+        ]);
+        let out = guestlink(name, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{}", stderr.trim_end());
+        assert_eq!(out.status.code(), Some(0), "quiesce: {stderr}");
+        out
+    };
+    // --json: the report document.
+    let rep = json_doc(&String::from_utf8_lossy(&quiesce(true).stdout));
+    assert_eq!(rep["frozen"], 1, "{rep}");
+    assert_eq!(rep["thawed"], 1, "{rep}");
+    assert_eq!(
+        rep["command"],
+        serde_json::json!({"result": "exited", "code": 0}),
+        "{rep}"
+    );
+    assert_eq!(rep["exit_code"], 0, "{rep}");
+    let frozen_ms = rep["frozen_ms"].as_u64().unwrap_or_else(|| panic!("{rep}"));
+    assert!(
+        frozen_ms >= 1500,
+        "frozen window {frozen_ms} ms shorter than the check"
+    );
+    // Human mode: the summary line on stderr reports the frozen window.
+    let out = quiesce(false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("guestlink: 1 filesystem(s) frozen for "))
+        .unwrap_or_else(|| panic!("no frozen-window summary: {stderr}"));
+    let (ms, rest) = summary
+        .split_once(" ms, ")
+        .unwrap_or_else(|| panic!("summary: {summary}"));
+    assert_eq!(rest, "1 thawed; exit status 0", "summary: {summary}");
+    let ms: u64 = ms.parse().unwrap_or_else(|e| panic!("{e}: {summary}"));
+    assert!(ms >= 1500, "frozen window {ms} ms shorter than the check");
+    eprintln!("[libvirt] quiesce frozen window: {frozen_ms} ms (--json), {ms} ms (human)");
+    let mut ctl = Control::connect(&sock);
+    let st = json_doc(&guestlink_ok(name, &["--json", "fsfreeze", "status"]));
+    assert_eq!(st["status"], "thawed", "{st}");
+    let st = dom
+        .agent(r#"{"execute":"guest-fsfreeze-status"}"#)
+        .expect("status");
+    assert_eq!(st, "thawed");
+    let p = ctl.progress();
+    assert!(
+        ctl.progress_moves(p, Duration::from_secs(30)),
+        "writer did not resume after quiesce"
+    );
+    ctl
 }
