@@ -144,7 +144,8 @@ pub struct PushArgs {
     pub host: PathBuf,
     /// Guest path (full file name).
     pub guest: String,
-    /// Bytes per guest-file-write (default 1 MiB, 4 MiB with --domain).
+    /// Bytes per guest-file-write (default 1 MiB; at most 90 KiB with --domain, where each chunk is one virsh
+    /// argument).
     #[arg(long, value_name = "BYTES")]
     pub chunk_size: Option<usize>,
     /// Requests kept in flight on direct sockets (default 2, at most 16; 1 = strict request/reply).

@@ -20,6 +20,9 @@ use crate::session::{Pipeline, Session};
 pub const DEFAULT_CHUNK: usize = 1 << 20;
 /// Largest chunk through libvirt: base64 of 6 MiB is 8 MiB, under libvirt's 10 MiB reply cap.
 pub const MAX_CHUNK_LIBVIRT: usize = 6 << 20;
+/// Largest push chunk through libvirt: the guest-file-write request is one `virsh` argument, and Linux caps one
+/// argument at 128 KiB (MAX_ARG_STRLEN; execve fails with E2BIG beyond): base64 of 90 KiB is 120 KiB + the envelope.
+pub const MAX_PUSH_CHUNK_LIBVIRT: usize = 90 << 10;
 /// Largest chunk otherwise: guest-file-read caps count at 48 MiB; writes stay well under the 64 MiB token cap.
 pub const MAX_CHUNK: usize = 32 << 20;
 
@@ -459,6 +462,10 @@ pub fn push(
     on_warning: &mut dyn FnMut(&str),
 ) -> Result<TransferReport> {
     let started = Instant::now();
+    let mut tuning = tuning;
+    if session.via_libvirt() {
+        tuning.chunk = tuning.chunk.min(MAX_PUSH_CHUNK_LIBVIRT);
+    }
     // "DIR/" in the guest keeps the host file name.
     let guest_full;
     let guest = match (guest.ends_with('/'), host.file_name()) {

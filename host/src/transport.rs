@@ -342,6 +342,9 @@ fn reply_value(reply: Reply) -> Value {
     Value::Object(m)
 }
 
+/// Linux's MAX_ARG_STRLEN: the longest single argument execve accepts, NUL included.
+const MAX_VIRSH_ARG: usize = 128 << 10;
+
 /// A libvirt domain reached through `virsh qemu-agent-command` (libvirt does its own guest-sync).
 #[derive(Debug)]
 pub struct VirshTransport {
@@ -371,6 +374,13 @@ impl Transport for VirshTransport {
             .unwrap_or("request")
             .to_owned();
         let json = Value::Object(request).to_string();
+        // The request is one virsh argument; Linux refuses (E2BIG) an argument of 128 KiB or more.
+        if json.len() >= MAX_VIRSH_ARG {
+            return Err(Error::BadRequest(format!(
+                "{command} request of {} bytes is too large for virsh (one argument is limited to 128 KiB)",
+                json.len()
+            )));
+        }
         let secs = timeout.as_secs().max(1);
         let mut cmd = Command::new(&self.program);
         if let Some(uri) = &self.uri {

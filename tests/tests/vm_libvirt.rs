@@ -612,7 +612,7 @@ fn guestlink_cli_over_libvirt(
 
     eprintln!("[libvirt] guestlink --domain file push / pull");
     let scratch = tempfile::tempdir().expect("tempdir");
-    let mut data = vec![0u8; 200 * 1024 + 17];
+    let mut data = vec![0u8; (1 << 20) + 17];
     std::io::Read::read_exact(
         &mut std::fs::File::open("/dev/urandom").expect("urandom"),
         &mut data,
@@ -622,18 +622,11 @@ fn guestlink_cli_over_libvirt(
     let src = scratch.path().join("src.bin");
     std::fs::write(&src, &data).expect("write src");
     let src_s = src.to_string_lossy().into_owned();
-    // 64 KiB chunks: several virsh calls per direction.
+    // Default chunk sizes: push in 90 KiB chunks (one virsh argument each, 12 calls), pull in one 4 MiB chunk
+    // (the reply comes on virsh's stdout).
     let push = json_doc(&guestlink_ok(
         name,
-        &[
-            "--json",
-            "file",
-            "push",
-            "--chunk-size",
-            "65536",
-            &src_s,
-            "/run/gl-cli.bin",
-        ],
+        &["--json", "file", "push", &src_s, "/run/gl-cli.bin"],
     ));
     assert_eq!(push["sha256"], sum.as_str(), "{push}");
     assert_eq!(push["bytes"], data.len(), "{push}");
@@ -643,24 +636,18 @@ fn guestlink_cli_over_libvirt(
     let back_s = back.to_string_lossy().into_owned();
     let pull = json_doc(&guestlink_ok(
         name,
-        &[
-            "--json",
-            "file",
-            "pull",
-            "--chunk-size",
-            "65536",
-            "/run/gl-cli.bin",
-            &back_s,
-        ],
+        &["--json", "file", "pull", "/run/gl-cli.bin", &back_s],
     ));
     assert_eq!(pull["sha256"], sum.as_str(), "{pull}");
     eprintln!(
-        "[libvirt] {} bytes in 64 KiB chunks: push {} s ({}), pull {} s ({})",
+        "[libvirt] {} bytes: push {} s ({}, chunk {}), pull {} s ({}, chunk {})",
         data.len(),
         push["seconds"],
         push["verified"],
+        push["chunk_size"],
         pull["seconds"],
-        pull["verified"]
+        pull["verified"],
+        pull["chunk_size"]
     );
     let got = std::fs::read(&back).expect("read pulled file");
     assert_eq!(sha256_hex(&got), sum, "pulled file differs");
@@ -670,6 +657,23 @@ fn guestlink_cli_over_libvirt(
         .collect();
     left.sort();
     assert_eq!(left, ["back.bin", "src.bin"], "host leftovers");
+    // Requests that cannot be one virsh argument (Linux: 128 KiB) fail with a clear error, not E2BIG.
+    let out = Command::new(guestlink_bin())
+        .args([
+            "--libvirt-uri",
+            URI,
+            "--domain",
+            name,
+            "exec",
+            "--",
+            "/bin/cat",
+        ])
+        .stdin(std::fs::File::open(&src).expect("open src"))
+        .output()
+        .expect("run guestlink exec");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("too large for virsh"), "{stderr}");
     let guest_left = ctl.run_ok("ls -a /run");
     assert!(
         !guest_left.contains(".guestlink-"),
