@@ -251,6 +251,11 @@ struct Setup {
 
 impl Setup {
     fn start() -> Setup {
+        Setup::start_with(&[])
+    }
+
+    /// Starts guestlinkd with extra environment variables.
+    fn start_with(env: &[(&str, &str)]) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let vport = dir.path().join("vport.sock");
         let listener = UnixListener::bind(&vport).unwrap();
@@ -266,6 +271,7 @@ impl Setup {
             .arg("--uinput-fake")
             .arg(dir.path().join("uinput"))
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .expect("start guestlinkd");
@@ -699,4 +705,164 @@ fn without_logind_and_without_no_logind_spice_only_fails_clearly() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--no-logind"), "no hint in: {err}");
+}
+
+/// Byte `i` of the test file of transfer `id`.
+fn file_byte(id: u32, i: usize) -> u8 {
+    (i.wrapping_mul(31).wrapping_add(id as usize * 7) % 251) as u8
+}
+
+/// Starts file transfer `id` of `size` bytes: START, the agent's CAN_SEND_DATA, then a thread writing all DATA
+/// messages (`piece` bytes each) to the port; the thread returns whether it wrote everything, and sets `done`.
+fn start_transfer(
+    host: &mut Host,
+    agent: &mut Agent,
+    id: u32,
+    size: usize,
+    piece: usize,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<bool> {
+    host.send(
+        Port::Client,
+        &Message::FileXferStart(FileXferStart {
+            id,
+            name: format!("big{id}.bin"),
+            size: size as u64,
+            file_xfer_nr: None,
+            file_xfer_total: None,
+        }),
+    );
+    agent.expect("xfer start", |m| {
+        matches!(m, SessionMessage::FileXferStart { id: i, .. } if *i == id).then_some(())
+    });
+    agent.send(&SessionMessage::FileXferStatus {
+        id,
+        status: 0,
+        disk_free_space: None,
+        error_code: None,
+    });
+    host.expect("CAN_SEND_DATA", |_, m| {
+        status_of(m, id).filter(|s| s.result == FileXferResult::CanSendData)
+    });
+    let mut w = host.s.try_clone().unwrap();
+    let wire = host.wire;
+    std::thread::spawn(move || {
+        let mut ok = true;
+        for start in (0..size).step_by(piece) {
+            let data: Vec<u8> = (start..(start + piece).min(size))
+                .map(|i| file_byte(id, i))
+                .collect();
+            let m = Message::FileXferData(FileXferData { id, data });
+            let b = encode_message(Port::Client, &m, wire, ChunkMode::Split).unwrap();
+            if w.write_all(&b).is_err() {
+                ok = false;
+                break;
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        ok
+    })
+}
+
+/// Reads FileXferData of transfer `id` until `upto` bytes have arrived in total, checking every byte.
+fn agent_read_data(agent: &mut Agent, id: u32, got: &mut usize, upto: usize) {
+    while *got < upto {
+        let data = agent.expect("xfer data", |m| match m {
+            SessionMessage::FileXferData { id: i, data } if *i == id => Some(data.clone()),
+            _ => None,
+        });
+        for (k, b) in data.iter().enumerate() {
+            assert_eq!(
+                *b,
+                file_byte(id, *got + k),
+                "byte {} of transfer {id}",
+                *got + k
+            );
+        }
+        *got += data.len();
+    }
+    assert_eq!(*got, upto, "more data than the file size");
+}
+
+/// Backpressure (docs/spice.md "Flow control"): an agent that stops reading for a few seconds in the middle of a
+/// multi-MiB transfer is not dropped — the daemon stops reading the port, so the host blocks — and the file
+/// arrives intact; an agent that stops for longer than the stall timeout is dropped.
+#[test]
+fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const STALL_MS: u64 = 6000;
+    const SIZE: usize = 8 << 20;
+    const PIECE: usize = 8 * 1024;
+    let mut s = Setup::start_with(&[("GUESTLINKD_SPICE_AGENT_STALL_MS", "6000")]);
+    let mut agent = Agent::connect(&s.session_socket());
+    agent.hello_and_geometry();
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+
+    // 1. A pause of a few seconds (below the stall timeout): backpressure, then the whole file.
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = start_transfer(&mut host, &mut agent, 1, SIZE, PIECE, Arc::clone(&done));
+    let mut got = 0;
+    agent_read_data(&mut agent, 1, &mut got, 1 << 20);
+    std::thread::sleep(Duration::from_millis(STALL_MS / 2));
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the host wrote all 8 MiB while the agent was not reading: no backpressure (memory grows)"
+    );
+    agent_read_data(&mut agent, 1, &mut got, SIZE);
+    assert!(writer.join().unwrap(), "the host's DATA writes failed");
+    agent.send(&SessionMessage::FileXferStatus {
+        id: 1,
+        status: 3,
+        disk_free_space: None,
+        error_code: None,
+    });
+    host.expect("SUCCESS", |_, m| {
+        status_of(m, 1).filter(|s| s.result == FileXferResult::Success)
+    });
+
+    // 2. An agent that stops reading for good is dropped after the stall timeout (not at once): the transfer
+    //    fails towards the host and the port closes (no agent left).
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = start_transfer(&mut host, &mut agent, 2, SIZE, PIECE, Arc::clone(&done));
+    let mut got = 0;
+    agent_read_data(&mut agent, 2, &mut got, 1 << 20);
+    let stopped = Instant::now();
+    let deadline = stopped + TIMEOUT + Duration::from_millis(STALL_MS);
+    loop {
+        match host.recv_within(Duration::from_secs(1)) {
+            None if Instant::now() > deadline => panic!("the stuck agent was never dropped"),
+            None if port_closed(&mut host) => break,
+            Some((_, m)) if status_of(&m, 2).is_some_and(|s| s.result == FileXferResult::Error) => {
+                break
+            }
+            _ => {}
+        }
+    }
+    let waited = stopped.elapsed();
+    assert!(
+        waited >= Duration::from_millis(STALL_MS - 1000),
+        "the agent was dropped after {waited:?}, before the {STALL_MS} ms stall timeout"
+    );
+    // The daemon closes the port (no agent can serve), so the blocked host writer ends.
+    drop(host);
+    let _ = writer.join().unwrap();
+    assert!(s.daemon.alive());
+}
+
+/// True when the host's end of the port reached EOF (data read meanwhile is kept for `recv_within`).
+fn port_closed(host: &mut Host) -> bool {
+    let mut b = vec![0u8; 65536];
+    match host.s.read(&mut b) {
+        Ok(0) => true,
+        Ok(n) => {
+            for ev in host.reasm.feed(&b[..n]) {
+                host.queue
+                    .push_back(ev.expect("guestlinkd sent bad chunks"));
+            }
+            false
+        }
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
 }

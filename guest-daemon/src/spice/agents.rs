@@ -2,7 +2,8 @@
 //! checks on accept — SO_PEERCRED uid/pid, the peer's logind session, uid = session owner or root, and the
 //! `/proc/<pid>` owner re-checked after the lookup (CVE-2020-25653) — and at most [`MAX_CONNECTIONS`] open
 //! connections (CVE-2020-25652). Each connection gets a reader task (frames → [`Event`]s, bounded) and a writer
-//! task (a bounded queue; an agent that does not read is dropped instead of growing memory).
+//! task (a bounded queue; when it is full the core stops reading the SPICE port until the agent catches up, and
+//! drops an agent that makes no progress for the stall timeout — memory never grows with a slow agent).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use super::router::AgentId;
 
 /// Most simultaneously open session-socket connections.
 pub const MAX_CONNECTIONS: usize = 128;
-/// Frames queued towards one agent before it is considered stuck and dropped.
+/// Frames queued towards one agent; when full, the core applies backpressure to the host (see `spice::run`).
 pub const AGENT_QUEUE: usize = 256;
 
 /// What the connection tasks tell the core.

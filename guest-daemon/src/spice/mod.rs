@@ -5,6 +5,12 @@
 //! follower ([`logind`]) feed it events. Like spice-vdagentd, the port is opened only while the agent of the
 //! active session has reported its geometry, and closed when none can serve; a stream error (chunk > 2048 bytes,
 //! lost sync, a message above the size cap) closes and reopens it.
+//!
+//! Flow control: frames for an agent go through its bounded writer queue ([`agents::AGENT_QUEUE`]). When it is
+//! full, further frames for that agent wait in a small per-agent backlog and the core stops reading the port
+//! until the agent drains its queue — the host then blocks on its end (SPICE flow control through QEMU's
+//! chardev). Agent events keep being served meanwhile. An agent that makes no progress for the stall timeout
+//! ([`DEFAULT_AGENT_STALL`], env `GUESTLINKD_SPICE_AGENT_STALL_MS`) is dropped.
 
 pub mod agents;
 pub mod logind;
@@ -12,14 +18,16 @@ pub mod port;
 pub mod router;
 pub mod tablet;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use guestlink_protocol::session::SessionMessage;
 use guestlink_protocol::vdagent::{Port, Reassembler, ReassemblerConfig};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use agents::Event;
 use port::PortIo;
@@ -31,6 +39,14 @@ const REOPEN_DELAY: Duration = Duration::from_secs(1);
 /// A port write that makes no progress for this long (nobody reads the other end) counts as a port failure, so
 /// the core never hangs on a stuck host.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An agent whose queue stays full for this long without taking a frame is declared dead and dropped.
+pub const DEFAULT_AGENT_STALL: Duration = Duration::from_secs(30);
+/// Environment override of [`DEFAULT_AGENT_STALL`] in milliseconds (tests use a short one).
+pub const AGENT_STALL_ENV: &str = "GUESTLINKD_SPICE_AGENT_STALL_MS";
+/// Most frames waiting in one agent's backlog (behind its full queue). The port is not read while any backlog
+/// exists, so only the frames of one port read and those caused by agent events end up here; above this the
+/// agent is dropped to keep memory bounded.
+const MAX_BACKLOG: usize = 1024;
 
 /// The SPICE options from the command line.
 #[derive(Debug, Clone)]
@@ -52,7 +68,41 @@ struct Core {
     reasm: Reassembler,
     tablet: Tablet,
     agents: HashMap<AgentId, mpsc::Sender<SessionMessage>>,
+    /// Frames for agents whose queue is full, in order; while any is here the port is not read.
+    backlog: HashMap<AgentId, Backlog>,
+    /// See [`DEFAULT_AGENT_STALL`].
+    stall: Duration,
     reopen_at: Option<tokio::time::Instant>,
+}
+
+/// Frames waiting for room in one agent's queue.
+struct Backlog {
+    frames: VecDeque<SessionMessage>,
+    /// When the agent last took a frame (or the backlog began).
+    progress: Instant,
+}
+
+/// What the core waits on to refill a stalled agent's queue: the agent, its queue, and the stall deadline.
+type StallWait = Option<(AgentId, mpsc::Sender<SessionMessage>, Instant)>;
+
+/// Room for one frame in the queue of the stalled agent, or `Err` when the stall deadline passed / it is gone.
+async fn wait_room(wait: StallWait) -> (AgentId, Result<mpsc::OwnedPermit<SessionMessage>, ()>) {
+    match wait {
+        Some((id, tx, deadline)) => {
+            let r = tokio::time::timeout_at(deadline, tx.reserve_owned()).await;
+            (id, r.map_err(|_| ()).and_then(|p| p.map_err(|_| ())))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The stall timeout: [`AGENT_STALL_ENV`] if set to a number of milliseconds, else [`DEFAULT_AGENT_STALL`].
+fn stall_timeout() -> Duration {
+    std::env::var(AGENT_STALL_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_AGENT_STALL)
 }
 
 async fn read_port(port: Option<&mut PortIo>, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -115,6 +165,8 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         reasm: Reassembler::new(ReassemblerConfig::guest_side()),
         tablet: Tablet::new(sink),
         agents: HashMap::new(),
+        backlog: HashMap::new(),
+        stall: stall_timeout(),
         reopen_at: None,
     };
     let initial = active_rx.borrow_and_update().clone();
@@ -122,8 +174,11 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
     core.apply(acts).await;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        let stalled = core.stall_wait();
+        let paused = stalled.is_some();
         tokio::select! {
-            r = read_port(core.port.as_mut(), &mut buf) => match r {
+            // Not read while an agent's queue is full: the host blocks instead of us buffering.
+            r = read_port(core.port.as_mut(), &mut buf), if !paused => match r {
                 Ok(0) => core.port_failed("the host closed the port").await,
                 Ok(n) => core.port_bytes(n, &buf).await,
                 Err(e) => core.port_failed(&e.to_string()).await,
@@ -139,6 +194,7 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
                     core.apply(acts).await;
                 }
             }
+            (id, room) = wait_room(stalled) => core.refill(id, room).await,
             _ = sleep_until(core.reopen_at) => core.reopen_at = None,
         }
         core.reconcile().await;
@@ -146,6 +202,61 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
 }
 
 impl Core {
+    /// The stalled agent to wait for (the one stalled longest), if any.
+    fn stall_wait(&self) -> StallWait {
+        let (id, b) = self.backlog.iter().min_by_key(|(_, b)| b.progress)?;
+        let tx = self.agents.get(id)?.clone();
+        Some((*id, tx, b.progress + self.stall))
+    }
+
+    /// Moves backlog frames into agent `id`'s queue now that it has room, or drops the agent if it stalled.
+    async fn refill(&mut self, id: AgentId, room: Result<mpsc::OwnedPermit<SessionMessage>, ()>) {
+        let Ok(permit) = room else {
+            let stall = self.stall;
+            tracing::warn!(
+                agent = id,
+                ?stall,
+                "session agent not reading: disconnecting it"
+            );
+            self.drop_agent(id).await;
+            return;
+        };
+        let (Some(b), Some(tx)) = (self.backlog.get_mut(&id), self.agents.get(&id)) else {
+            return;
+        };
+        b.progress = Instant::now();
+        if let Some(first) = b.frames.pop_front() {
+            permit.send(first);
+        }
+        while let Some(m) = b.frames.pop_front() {
+            match tx.try_send(m) {
+                Ok(()) => {}
+                Err(TrySendError::Full(m)) => {
+                    b.frames.push_front(m);
+                    break;
+                }
+                // Its connection ended: the `Gone` event follows.
+                Err(TrySendError::Closed(_)) => b.frames.clear(),
+            }
+        }
+        if b.frames.is_empty() {
+            self.backlog.remove(&id);
+            tracing::debug!(
+                agent = id,
+                "session agent caught up: reading the SPICE port again"
+            );
+        }
+    }
+
+    /// Forgets agent `id` (its writer stops when the queue sender is dropped) and applies the consequences.
+    async fn drop_agent(&mut self, id: AgentId) {
+        self.backlog.remove(&id);
+        if self.agents.remove(&id).is_some() {
+            let more = self.router.agent_gone(id);
+            Box::pin(self.apply(more)).await;
+        }
+    }
+
     async fn port_bytes(&mut self, n: usize, buf: &[u8]) {
         for ev in self.reasm.feed(&buf[..n]) {
             match ev {
@@ -229,6 +340,7 @@ impl Core {
                 }
             }
             Event::Gone(id) => {
+                self.backlog.remove(&id);
                 if self.agents.remove(&id).is_some() {
                     tracing::info!(agent = id, "session agent disconnected");
                     let acts = self.router.agent_gone(id);
@@ -264,11 +376,38 @@ impl Core {
                     let Some(tx) = self.agents.get(&id) else {
                         continue;
                     };
-                    if tx.try_send(msg).is_err() {
-                        tracing::warn!(agent = id, "session agent not reading: disconnecting it");
-                        self.agents.remove(&id);
-                        let more = self.router.agent_gone(id);
-                        Box::pin(self.apply(more)).await;
+                    if let Some(b) = self.backlog.get_mut(&id) {
+                        // Keep the order: behind the frames already waiting.
+                        if b.frames.len() < MAX_BACKLOG {
+                            b.frames.push_back(msg);
+                        } else {
+                            tracing::warn!(
+                                agent = id,
+                                "session agent backlog full: disconnecting it"
+                            );
+                            self.drop_agent(id).await;
+                        }
+                        continue;
+                    }
+                    match tx.try_send(msg) {
+                        Ok(()) => {}
+                        Err(TrySendError::Full(msg)) => {
+                            tracing::debug!(
+                                agent = id,
+                                "session agent queue full: pausing the SPICE port"
+                            );
+                            self.backlog.insert(
+                                id,
+                                Backlog {
+                                    frames: VecDeque::from([msg]),
+                                    progress: Instant::now(),
+                                },
+                            );
+                        }
+                        Err(TrySendError::Closed(_)) => {
+                            tracing::info!(agent = id, "session agent connection closed");
+                            self.drop_agent(id).await;
+                        }
                     }
                 }
                 Action::Mouse(x, y, buttons) => self.tablet.mouse(x, y, buttons),
