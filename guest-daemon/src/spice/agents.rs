@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use guestlink_protocol::session::{encode, FrameDecoder, SessionError, SessionMessage};
+use guestlink_protocol::session::{encode_head, FrameDecoder, SessionError, SessionMessage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
@@ -141,14 +141,15 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
     }
     let writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
-            let bytes = match encode(&msg) {
+            // The data part is written from the message itself, not copied behind the header.
+            let head = match encode_head(&msg) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(agent = id, "cannot encode a frame: {e}");
                     continue;
                 }
             };
-            if wr.write_all(&bytes).await.is_err() {
+            if wr.write_all(&head).await.is_err() || wr.write_all(msg.data()).await.is_err() {
                 break;
             }
         }

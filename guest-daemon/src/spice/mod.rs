@@ -350,28 +350,36 @@ impl Core {
         }
     }
 
+    /// Writes `parts` in order to the port (if open); a failure or a [`WRITE_TIMEOUT`] closes it.
+    async fn write_port(&mut self, parts: &[&[u8]]) {
+        let Some(p) = self.port.as_mut() else {
+            return;
+        };
+        let write = async {
+            for part in parts {
+                p.write_all(part).await?;
+            }
+            Ok(())
+        };
+        let written = tokio::time::timeout(WRITE_TIMEOUT, write)
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+        if let Err(e) = written {
+            // Finish this batch without the port; the read side notices and reopens.
+            tracing::warn!("SPICE port write: {e}");
+            self.port = None;
+            self.reasm.reset();
+            let more = self.router.port_closed();
+            self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
+            Box::pin(self.apply(more)).await;
+        }
+    }
+
     async fn apply(&mut self, actions: Vec<Action>) {
         for a in actions {
             match a {
-                Action::Port(bytes) => {
-                    let Some(p) = self.port.as_mut() else {
-                        continue;
-                    };
-                    let written = tokio::time::timeout(WRITE_TIMEOUT, p.write_all(&bytes))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(std::io::Error::from(std::io::ErrorKind::TimedOut))
-                        });
-                    if let Err(e) = written {
-                        // Finish this batch without the port; the read side notices and reopens.
-                        tracing::warn!("SPICE port write: {e}");
-                        self.port = None;
-                        self.reasm.reset();
-                        let more = self.router.port_closed();
-                        self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
-                        Box::pin(self.apply(more)).await;
-                    }
-                }
+                Action::Port(bytes) => self.write_port(&[&bytes]).await,
+                Action::PortData { head, data } => self.write_port(&[&head, &data]).await,
                 Action::Agent(id, msg) => {
                     let Some(tx) = self.agents.get(&id) else {
                         continue;

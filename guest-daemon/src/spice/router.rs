@@ -16,10 +16,10 @@ use guestlink_protocol::vdagent::file_xfer::{
     ERROR_TYPE_GLIB_IO, G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
 };
 use guestlink_protocol::vdagent::{
-    encode_message, validate_file_name, Capabilities, Capability, ChunkMode, ClipboardType,
-    FileXferDetail, FileXferResult, FileXferStatus, GrabSerials, GraphicsDeviceInfo, Message,
-    MessageType, MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection, SerialRule,
-    WireFormat,
+    encode_message, encode_single_parts, validate_file_name, Capabilities, Capability, ChunkMode,
+    ClipboardType, FileXferDetail, FileXferResult, FileXferStatus, GrabSerials, GraphicsDeviceInfo,
+    Message, MessageType, MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection,
+    SerialRule, WireFormat,
 };
 
 /// Identifies one connected session agent.
@@ -33,6 +33,14 @@ pub const MAX_TRANSFERS: usize = 128;
 pub enum Action {
     /// Write these bytes (whole chunks) to the port.
     Port(Vec<u8>),
+    /// Write `head` then `data` to the port: one message whose bulk data (a guest clipboard) is written from the
+    /// agent's own buffer instead of being copied behind the headers.
+    PortData {
+        /// Chunk header, message header and the payload's fixed fields.
+        head: Vec<u8>,
+        /// The rest of the payload.
+        data: Vec<u8>,
+    },
     /// Send a frame to an agent.
     Agent(AgentId, SessionMessage),
     /// Pointer state for the tablet, already offset into the desktop: (x, y, buttons).
@@ -407,7 +415,14 @@ impl Router {
                     data_type,
                     data,
                 };
-                self.send(&mut out, Port::Client, &msg);
+                match encode_single_parts(Port::Client, &msg, self.wire) {
+                    Ok((head, _)) => {
+                        if let Message::Clipboard { data, .. } = msg {
+                            out.push(Action::PortData { head, data });
+                        }
+                    }
+                    Err(e) => tracing::warn!("cannot encode CLIPBOARD: {e}"),
+                }
             }
             SessionMessage::ClipboardRelease { selection } => {
                 if self.guest_owned.remove(&selection.as_u8()) {

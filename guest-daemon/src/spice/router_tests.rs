@@ -18,10 +18,11 @@ fn port_msgs(acts: &[Action], wire: WireFormat) -> Vec<Message> {
     let mut r = Reassembler::new(ReassemblerConfig::host_side());
     acts.iter()
         .filter_map(|a| match a {
-            Action::Port(b) => Some(b),
+            Action::Port(b) => Some(b.clone()),
+            Action::PortData { head, data } => Some([head.as_slice(), data].concat()),
             _ => None,
         })
-        .flat_map(|b| r.feed(b))
+        .flat_map(|b| r.feed(&b))
         .map(|e| e.unwrap().1.decode(wire).unwrap())
         .collect()
 }
@@ -168,5 +169,7 @@ fn inactive_agents_see_nothing_and_transfers_stay_bound() {
     assert_eq!(port_msgs(&r.on_agent(1, st(0)), wire).len(), 1);
     // Switching the active session releases nothing that was not grabbed, and re-sends the stored state.
     let acts = r.set_active_session(Some("s2".into()));
-    assert!(acts.iter().all(|a| !matches!(a, Action::Port(_))));
+    assert!(acts
+        .iter()
+        .all(|a| !matches!(a, Action::Port(_) | Action::PortData { .. })));
 }

@@ -68,6 +68,14 @@ impl FrameHeader {
 
 /// Encodes `message` as one frame.
 pub fn encode(message: &SessionMessage) -> Result<Vec<u8>, SessionError> {
+    let mut out = encode_head(message)?;
+    out.extend_from_slice(message.data());
+    Ok(out)
+}
+
+/// The frame of `message` without its data part: writing these bytes and then [`SessionMessage::data`] gives
+/// exactly [`encode`]'s frame, without copying the data into a new buffer.
+pub fn encode_head(message: &SessionMessage) -> Result<Vec<u8>, SessionError> {
     let meta = serde_json::to_vec(message)
         .map_err(|_| SessionError::Encode("metadata not serializable"))?;
     if meta.len() > MAX_META_SIZE as usize {
@@ -93,7 +101,6 @@ pub fn encode(message: &SessionMessage) -> Result<Vec<u8>, SessionError> {
     // meta.len() ≤ MAX_META_SIZE, checked above.
     out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
     out.extend_from_slice(&meta);
-    out.extend_from_slice(data);
     Ok(out)
 }
 
@@ -112,7 +119,40 @@ pub fn decode_body(kind: u16, body: &[u8]) -> Result<SessionMessage, SessionErro
         )));
     }
     let (meta, data) = rest.split_at(meta_len as usize);
-    let mut message: SessionMessage =
+    let mut message = decode_meta(kind, meta, data.is_empty())?;
+    if SessionMessage::kind_has_data(kind) {
+        message.set_data(data.to_vec());
+    }
+    Ok(message)
+}
+
+/// [`decode_body`] taking the body by value: the data part is handed out in the body's own allocation (the
+/// metadata prefix is removed in place) instead of being copied — what [`FrameDecoder`] uses.
+pub fn decode_body_owned(kind: u16, mut body: Vec<u8>) -> Result<SessionMessage, SessionError> {
+    if kind == 0 || kind > MAX_KIND {
+        return Err(SessionError::UnknownKind(kind));
+    }
+    let Some((len_bytes, rest)) = body.split_first_chunk::<4>() else {
+        return Err(SessionError::BadBody("body shorter than 4 bytes".into()));
+    };
+    let meta_len = u32::from_le_bytes(*len_bytes);
+    if meta_len > MAX_META_SIZE || meta_len as usize > rest.len() {
+        return Err(SessionError::BadBody(format!(
+            "metadata length {meta_len} out of bounds"
+        )));
+    }
+    let (meta, data) = rest.split_at(meta_len as usize);
+    let mut message = decode_meta(kind, meta, data.is_empty())?;
+    if SessionMessage::kind_has_data(kind) {
+        body.drain(..4 + meta_len as usize);
+        message.set_data(body);
+    }
+    Ok(message)
+}
+
+/// The message described by the JSON metadata of a frame of `kind`; `no_data`: the frame carries no data part.
+fn decode_meta(kind: u16, meta: &[u8], no_data: bool) -> Result<SessionMessage, SessionError> {
+    let message: SessionMessage =
         serde_json::from_slice(meta).map_err(|e| SessionError::BadBody(e.to_string()))?;
     if message.kind() != kind {
         return Err(SessionError::KindMismatch {
@@ -120,9 +160,7 @@ pub fn decode_body(kind: u16, body: &[u8]) -> Result<SessionMessage, SessionErro
             body: message.kind(),
         });
     }
-    if SessionMessage::kind_has_data(kind) {
-        message.set_data(data.to_vec());
-    } else if !data.is_empty() {
+    if !SessionMessage::kind_has_data(kind) && !no_data {
         return Err(SessionError::UnexpectedData(kind));
     }
     Ok(message)
@@ -207,17 +245,31 @@ impl FrameDecoder {
                     h
                 }
             };
-            let needed = header.length as usize - self.body.len();
+            let length = header.length as usize;
+            let needed = length - self.body.len();
             let n = needed.min(input.len());
+            self.grow_for(n, length);
             self.body.extend_from_slice(&input[..n]);
             input = &input[n..];
-            if self.body.len() == header.length as usize {
+            if self.body.len() == length {
                 let body = std::mem::take(&mut self.body);
                 self.header = None;
-                out.push(decode_body(header.kind, &body));
+                out.push(decode_body_owned(header.kind, body));
             }
         }
         out
+    }
+
+    /// Makes room for `n` more body bytes of a `length`-byte body: capacity doubles (so it never exceeds twice
+    /// the bytes received, whatever the header claims) but is capped at `length`, so the last step allocates
+    /// exactly the frame and a large body is not reallocated past its size.
+    fn grow_for(&mut self, n: usize, length: usize) {
+        let len = self.body.len();
+        if len + n <= self.body.capacity() {
+            return;
+        }
+        let target = (self.body.capacity() * 2).max(len + n).min(length);
+        self.body.reserve_exact(target - len);
     }
 
     fn check_header(&self, h: &FrameHeader) -> Result<(), SessionError> {
@@ -234,5 +286,71 @@ impl FrameDecoder {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod owned_tests {
+    use super::*;
+    use crate::vdagent::{ClipboardType, Selection};
+
+    fn clip(len: usize) -> SessionMessage {
+        SessionMessage::ClipboardData {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+            data: (0..len).map(|i| (i % 251) as u8).collect(),
+        }
+    }
+
+    #[test]
+    fn owned_and_borrowed_decoding_agree() {
+        for msg in [clip(0), clip(5000), SessionMessage::ClientConnected] {
+            let bytes = encode(&msg).unwrap();
+            let kind = msg.kind();
+            let body = bytes[FRAME_HEADER_SIZE..].to_vec();
+            let mut joined = encode_head(&msg).unwrap();
+            joined.extend_from_slice(msg.data());
+            assert_eq!(joined, bytes, "head + data = the frame");
+            assert_eq!(decode_body(kind, &body).unwrap(), msg);
+            assert_eq!(decode_body_owned(kind, body).unwrap(), msg);
+        }
+        // Errors agree too: short body, meta out of bounds, data on a kind without data, unknown kind.
+        let connected = SessionMessage::ClientConnected;
+        let mut with_data = encode(&connected).unwrap()[FRAME_HEADER_SIZE..].to_vec();
+        with_data.push(1);
+        for (kind, body) in [
+            (connected.kind(), vec![1, 0]),
+            (connected.kind(), vec![200, 0, 0, 0, b'{']),
+            (connected.kind(), with_data),
+            (0, vec![0; 8]),
+        ] {
+            let a = decode_body(kind, &body).unwrap_err().to_string();
+            let b = decode_body_owned(kind, body).unwrap_err().to_string();
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn body_buffer_is_bounded_by_received_bytes_and_ends_at_the_frame_size() {
+        let msg = clip(3 << 20);
+        let bytes = encode(&msg).unwrap();
+        let length = bytes.len() - FRAME_HEADER_SIZE;
+        let mut d = FrameDecoder::new();
+        let mut fed = 0;
+        let mut out = Vec::new();
+        for piece in bytes.chunks(65_536) {
+            out.extend(d.feed(piece));
+            fed += piece.len();
+            if out.is_empty() {
+                assert!(
+                    d.buffered_bytes() <= 2 * fed,
+                    "{} after {fed}",
+                    d.buffered_bytes()
+                );
+                assert!(d.buffered_bytes() <= length + FRAME_HEADER_SIZE);
+            }
+        }
+        assert_eq!(out.len(), 1);
+        assert_eq!(out.pop().unwrap().unwrap(), msg);
     }
 }

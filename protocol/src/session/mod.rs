@@ -16,7 +16,8 @@ pub mod message;
 
 pub use error::SessionError;
 pub use frame::{
-    decode_body, encode, FrameDecoder, FrameHeader, FRAME_HEADER_SIZE, MAX_FRAME_BODY,
+    decode_body, decode_body_owned, encode, encode_head, FrameDecoder, FrameHeader,
+    FRAME_HEADER_SIZE, MAX_FRAME_BODY,
 };
 pub use message::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, MAX_KIND,

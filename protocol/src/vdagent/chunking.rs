@@ -87,3 +87,85 @@ pub fn frame_message_bytes(
     }
     Ok(out)
 }
+
+/// [`encode_message`] in [`ChunkMode::Single`], split so that bulk data need not be copied into a new buffer:
+/// returns the bytes before the data (chunk header, message header and the payload's fixed fields) and the data,
+/// borrowed from `message`. `head` followed by `data` is exactly `encode_message(port, message, wire,
+/// ChunkMode::Single)`. Only CLIPBOARD carries its data this way; for other messages `data` is empty.
+pub fn encode_single_parts(
+    port: Port,
+    message: &Message,
+    wire: WireFormat,
+) -> Result<(Vec<u8>, &[u8]), VdagentError> {
+    let (fixed, data): (Vec<u8>, &[u8]) = match message {
+        Message::Clipboard {
+            selection,
+            data_type,
+            data,
+        } => {
+            let fields = Message::Clipboard {
+                selection: *selection,
+                data_type: *data_type,
+                data: Vec::new(),
+            };
+            (fields.encode_payload(wire)?, data.as_slice())
+        }
+        _ => (message.encode_payload(wire)?, &[]),
+    };
+    let payload_len = fixed.len() + data.len();
+    let header = MessageHeader::new(
+        message.message_type().as_u32(),
+        len_u32(payload_len, "payload larger than 4 GiB")?,
+    );
+    let chunk = ChunkHeader {
+        port: port.as_u32(),
+        size: len_u32(
+            MESSAGE_HEADER_SIZE + payload_len,
+            "message larger than 4 GiB",
+        )?,
+    };
+    let mut head = Vec::with_capacity(CHUNK_HEADER_SIZE + MESSAGE_HEADER_SIZE + fixed.len());
+    head.extend_from_slice(&chunk.encode());
+    head.extend_from_slice(&header.encode());
+    head.extend_from_slice(&fixed);
+    Ok((head, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vdagent::{ClipboardType, ReplyResult, Selection};
+
+    #[test]
+    fn single_parts_concatenate_to_the_single_chunk_encoding() {
+        let messages = [
+            Message::Clipboard {
+                selection: Selection::Primary,
+                data_type: ClipboardType::Utf8Text,
+                data: (0..70_000u32).map(|i| (i % 253) as u8).collect(),
+            },
+            Message::Clipboard {
+                selection: Selection::Clipboard,
+                data_type: ClipboardType::ImagePng,
+                data: Vec::new(),
+            },
+            Message::Reply {
+                message_type: 2,
+                result: ReplyResult::Success,
+            },
+            Message::ClientDisconnected,
+        ];
+        for wire in WireFormat::ALL {
+            for (i, m) in messages.iter().enumerate() {
+                let (head, data) = encode_single_parts(Port::Client, m, wire).unwrap();
+                let mut joined = head.clone();
+                joined.extend_from_slice(data);
+                let whole = encode_message(Port::Client, m, wire, ChunkMode::Single).unwrap();
+                assert_eq!(joined, whole, "message {i}, {wire:?}");
+                if i == 0 {
+                    assert_eq!(data.len(), 70_000, "the clipboard data is not in the head");
+                }
+            }
+        }
+    }
+}
