@@ -51,11 +51,25 @@ pub fn osinfo(v: &Value, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// A byte count from `v[k]` in binary units with one decimal (`512B`, `31.0M`, `1.5G`), or `-` when absent.
 fn gib(v: &Value, k: &str) -> String {
-    v.get(k).and_then(Value::as_u64).map_or_else(
-        || "-".into(),
-        |b| format!("{:.1}G", b as f64 / f64::from(1u32 << 30)),
-    )
+    v.get(k)
+        .and_then(Value::as_u64)
+        .map_or_else(|| "-".into(), human_size)
+}
+
+fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["K", "M", "G", "T", "P"];
+    if bytes < 1024 {
+        return format!("{bytes}B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
 }
 
 /// `guest-get-fsinfo`.
@@ -163,6 +177,13 @@ pub fn quiesce(r: &QuiesceReport, quiet: bool) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_pick_a_readable_unit() {
+        assert_eq!(super::human_size(512), "512B");
+        assert_eq!(super::human_size(31 << 20), "31.0M");
+        assert_eq!(super::human_size(3 << 29), "1.5G");
+    }
+
     use super::utc;
 
     #[test]
