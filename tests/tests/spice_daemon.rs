@@ -791,10 +791,12 @@ fn agent_read_data(agent: &mut Agent, id: u32, got: &mut usize, upto: usize) {
 fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    const STALL_MS: u64 = 6000;
+    // The pause (3 s) leaves a wide margin below the stall timeout for a loaded machine.
+    const STALL_MS: u64 = 10_000;
+    const PAUSE: Duration = Duration::from_secs(3);
     const SIZE: usize = 8 << 20;
     const PIECE: usize = 8 * 1024;
-    let mut s = Setup::start_with(&[("GUESTLINKD_SPICE_AGENT_STALL_MS", "6000")]);
+    let mut s = Setup::start_with(&[("GUESTLINKD_SPICE_AGENT_STALL_MS", &STALL_MS.to_string())]);
     let mut agent = Agent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
@@ -805,7 +807,7 @@ fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     let writer = start_transfer(&mut host, &mut agent, 1, SIZE, PIECE, Arc::clone(&done));
     let mut got = 0;
     agent_read_data(&mut agent, 1, &mut got, 1 << 20);
-    std::thread::sleep(Duration::from_millis(STALL_MS / 2));
+    std::thread::sleep(PAUSE);
     assert!(
         !done.load(Ordering::SeqCst),
         "the host wrote all 8 MiB while the agent was not reading: no backpressure (memory grows)"
@@ -842,7 +844,7 @@ fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     }
     let waited = stopped.elapsed();
     assert!(
-        waited >= Duration::from_millis(STALL_MS - 1000),
+        waited >= Duration::from_millis(STALL_MS - 2000),
         "the agent was dropped after {waited:?}, before the {STALL_MS} ms stall timeout"
     );
     // The daemon closes the port (no agent can serve), so the blocked host writer ends.
