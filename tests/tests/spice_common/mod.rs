@@ -249,7 +249,8 @@ impl SpiceEnv {
                 .output()
                 .unwrap();
             pasted = String::from_utf8_lossy(&o.stdout).into_owned();
-            o.status.success() && !pasted.is_empty()
+            // Until the host's grab has reached the guest, a paste can still see the previous owner's text.
+            o.status.success() && pasted == text
         });
         assert_eq!(pasted, text);
         let st = setter.wait().unwrap();
@@ -258,32 +259,57 @@ impl SpiceEnv {
 
     /// Guest → host clipboard: `xclip -i` owns the guest clipboard with `text`; `guestlink clipboard get` reads it.
     /// `on_slow` runs once, after 200 unsuccessful polls (to print the guest's logs).
+    ///
+    /// Each `guestlink` run is a new SPICE client. The reference spice-vdagentd forgets that the guest owns the
+    /// clipboard when it handles a client as "new" (caps with request=1 after an earlier client), and answers
+    /// requests with an empty clipboard until the guest grabs again — a real spice-gtk stays connected and sees the
+    /// next grab. So after a run of empty answers the guest copies again (a fresh `xclip -i`), which is what a user
+    /// would do; the data must still arrive intact through the real agent.
     pub fn clipboard_guest_to_host(&self, text: &str, on_slow: impl Fn()) {
-        let mut xclip = self
-            .x("xclip")
-            .args(["-i", "-quiet", "-selection", "clipboard"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        xclip
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let mut got = String::new();
+        let own = || {
+            let mut xclip = self
+                .x("xclip")
+                .args(["-i", "-quiet", "-selection", "clipboard"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            xclip
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
+            xclip
+        };
+        let mut xclip = own();
+        let deadline = Instant::now() + TIMEOUT;
         let mut tries = 0;
-        wait_for("clipboard get to return the guest text", || {
+        loop {
             tries += 1;
             if tries == 200 {
                 on_slow();
             }
             let o = self.guestlink(&["clipboard", "get"]);
-            got = String::from_utf8_lossy(&o.stdout).into_owned();
-            o.status.success() && got == text
-        });
+            if o.status.success() && String::from_utf8_lossy(&o.stdout) == text {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for clipboard get to return the guest text after {tries} tries; last run: {}\n\
+                 stdout: {}\nstderr: {}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            if tries % 20 == 0 {
+                let _ = xclip.kill();
+                let _ = xclip.wait();
+                xclip = own();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = xclip.kill();
         let _ = xclip.wait();
     }
