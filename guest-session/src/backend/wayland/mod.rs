@@ -9,6 +9,7 @@
 
 mod clipboard;
 mod data_control;
+mod follow_preferred;
 mod io;
 mod kde;
 mod mutter;

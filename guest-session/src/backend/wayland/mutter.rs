@@ -17,6 +17,7 @@ use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc;
 use zbus::zvariant::{OwnedValue, Value};
 
+use super::follow_preferred::{Follow, Follower, OutputModes};
 use crate::backend::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
 
 type Props = HashMap<String, OwnedValue>;
@@ -97,6 +98,52 @@ pub fn pick_mode(modes: &[Mode], w: u32, h: u32) -> Option<String> {
         rank(b).cmp(&rank(a)).then(b.3.total_cmp(&a.3))
     });
     fit.first().map(|m| m.0.clone())
+}
+
+/// Current and preferred mode sizes of each connector (for [`Follower`]).
+pub fn output_modes(s: &State) -> Vec<OutputModes> {
+    let size = |modes: &[Mode], key: &str| {
+        modes
+            .iter()
+            .find(|m| flag(&m.6, key))
+            .map(|m| (m.1.unsigned_abs(), m.2.unsigned_abs()))
+    };
+    connectors(s)
+        .into_iter()
+        .map(|(id, modes, _)| OutputModes {
+            name: id.0.clone(),
+            current: size(modes, "is-current"),
+            preferred: size(modes, "is-preferred"),
+        })
+        .collect()
+}
+
+/// The monitors config that keeps the layout and puts each followed connector on its preferred size.
+fn follow_config(s: &State, follow: &[Follow<'_>]) -> Vec<SessionMonitor> {
+    let g = geometry(s);
+    connectors(s)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, _, _))| {
+            let cur = g
+                .iter()
+                .find(|m| m.display_id == u32::try_from(i).unwrap_or(u32::MAX));
+            let (x, y, w, h) = cur.map_or((0, 0, 0, 0), |m| (m.x, m.y, m.width, m.height));
+            let (w, h) = follow
+                .iter()
+                .find(|f| f.name == id.0)
+                .map_or((w, h), |f| (f.width, f.height));
+            SessionMonitor {
+                width: w,
+                height: h,
+                depth: 32,
+                x,
+                y,
+                mm_width: None,
+                mm_height: None,
+            }
+        })
+        .collect()
 }
 
 /// The logical-monitor list for `monitors` (display id = connector index).
@@ -184,6 +231,7 @@ impl MutterResize {
                         }
                     };
                     let mut changed = proxy.receive_monitors_changed().await.ok();
+                    let mut follower = Follower::from_env();
                     loop {
                         let cmd = tokio::select! {
                             c = rx.recv() => match c { Some(c) => c, None => return },
@@ -193,12 +241,22 @@ impl MutterResize {
                             } } => Command::Report,
                         };
                         if let Command::Apply(m) = &cmd {
+                            follower.host_request(std::time::Instant::now());
                             if let Err(e) = apply(&proxy, m).await {
                                 tracing::warn!("mutter: {e:#}");
                             }
                         }
                         match proxy.get_current_state().await {
                             Ok(s) => {
+                                let outs = output_modes(&s);
+                                let follow = follower.on_outputs(&outs, std::time::Instant::now());
+                                if !follow.is_empty() {
+                                    // The next MonitorsChanged reports the new layout.
+                                    let m = follow_config(&s, &follow);
+                                    if let Err(e) = apply(&proxy, &m).await {
+                                        tracing::warn!("mutter (preferred mode): {e:#}");
+                                    }
+                                }
                                 let g = geometry(&s);
                                 tracing::info!(geometry = ?g, "geometry (mutter)");
                                 let _ = events.send(BackendEvent::Geometry(g));
@@ -375,5 +433,43 @@ mod tests {
         let p = plan(&s, &[m]).expect("plan");
         assert_eq!(p[0].5[0].1, "1024x768@60");
         assert!(plan(&s, &[SessionMonitor { width: 0, ..m }]).is_err());
+    }
+
+    #[test]
+    fn follows_a_changed_preferred_mode() {
+        let id: MonitorId = ("Virtual-1".into(), "v".into(), "p".into(), "s".into());
+        let state = |pref: &str| -> State {
+            let mut modes = vec![
+                mode("1280x800@60", 1280, 800, 60.0, true),
+                mode("1024x768@60", 1024, 768, 60.0, false),
+                mode("1920x1080@60", 1920, 1080, 60.0, false),
+            ];
+            for m in &mut modes {
+                if m.0 == pref {
+                    m.6.insert("is-preferred".into(), OwnedValue::from(true));
+                }
+            }
+            (
+                1,
+                vec![(id.clone(), modes, Props::new())],
+                vec![(0, 0, 1.0, 0, true, vec![id.clone()], Props::new())],
+                Props::new(),
+            )
+        };
+        let mut f = Follower::default();
+        let t = std::time::Instant::now();
+        let before = state("1280x800@60");
+        assert!(f.on_outputs(&output_modes(&before), t).is_empty());
+        // The "hotplug": the kernel made 1920x1080 the preferred mode; mutter kept 1280x800.
+        let after = state("1920x1080@60");
+        let outs = output_modes(&after);
+        assert_eq!(outs[0].current, Some((1280, 800)));
+        assert_eq!(outs[0].preferred, Some((1920, 1080)));
+        let follow = f.on_outputs(&outs, t);
+        assert_eq!(follow.len(), 1);
+        let cfg = follow_config(&after, &follow);
+        assert_eq!((cfg[0].width, cfg[0].height), (1920, 1080));
+        let p = plan(&after, &cfg).expect("plan");
+        assert_eq!(p[0].5[0].1, "1920x1080@60");
     }
 }

@@ -23,6 +23,7 @@ use wayland_protocols_wlr::output_management::v1::client::{
     zwlr_output_mode_v1::{self, ZwlrOutputModeV1},
 };
 
+use super::follow_preferred::{Follower, OutputModes};
 use super::State;
 
 /// One `wl_output` (user data: its global name).
@@ -64,12 +65,14 @@ struct Head {
     name: String,
     enabled: bool,
     modes: Vec<ZwlrOutputModeV1>,
+    current: Option<ObjectId>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
 struct ModeInfo {
     width: i32,
     height: i32,
+    preferred: bool,
 }
 
 /// wlr-output-management state.
@@ -82,6 +85,8 @@ pub struct Wlr {
     /// A config waiting for a fresh serial (after `cancelled`), with the retries left.
     retry: Option<(Vec<SessionMonitor>, u8)>,
     applying: Option<(ZwlrOutputConfigurationV1, Vec<SessionMonitor>, u8)>,
+    /// Follows a changed preferred mode (virtio-gpu hotplug).
+    follower: Follower,
 }
 
 impl Wlr {
@@ -94,6 +99,7 @@ impl Wlr {
             modes: Vec::new(),
             retry: None,
             applying: None,
+            follower: Follower::from_env(),
         }
     }
 }
@@ -127,6 +133,7 @@ impl State {
             self.need_geometry = true;
             return;
         };
+        w.follower.host_request(std::time::Instant::now());
         match w.serial {
             Some(_) if w.applying.is_none() => self.wlr_apply(monitors, 1),
             _ => w.retry = Some((monitors, 1)),
@@ -172,6 +179,64 @@ impl State {
         }
         cfg.apply();
         w.applying = Some((cfg, monitors, retries));
+    }
+
+    /// After a manager `done`: switches heads whose preferred mode changed (and is not current) to it.
+    fn wlr_follow_preferred(&mut self) {
+        let geometry = self.geometry();
+        let Some(w) = self.wlr.as_mut() else { return };
+        let size = |id: &ObjectId| {
+            w.modes
+                .iter()
+                .find(|(i, _)| i == id)
+                .map(|(_, m)| (m.width.unsigned_abs(), m.height.unsigned_abs()))
+                .filter(|&(mw, mh)| mw > 0 && mh > 0)
+        };
+        let outs: Vec<OutputModes> = w
+            .heads
+            .iter()
+            .map(|h| OutputModes {
+                name: h.name.clone(),
+                current: h.current.as_ref().and_then(size),
+                preferred: h
+                    .modes
+                    .iter()
+                    .map(|m| m.id())
+                    .find(|id| w.modes.iter().any(|(i, m)| i == id && m.preferred))
+                    .as_ref()
+                    .and_then(size),
+            })
+            .collect();
+        let follow = w.follower.on_outputs(&outs, std::time::Instant::now());
+        if follow.is_empty() || w.applying.is_some() || w.retry.is_some() {
+            return;
+        }
+        let mut names: Vec<&str> = w.heads.iter().map(|h| h.name.as_str()).collect();
+        names.sort_unstable();
+        let monitors = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let g = geometry
+                    .iter()
+                    .find(|g| g.display_id == u32::try_from(i).unwrap_or(u32::MAX));
+                let (x, y, cw, ch) = g.map_or((0, 0, 0, 0), |g| (g.x, g.y, g.width, g.height));
+                let (width, height) = follow
+                    .iter()
+                    .find(|f| f.name == *name)
+                    .map_or((cw, ch), |f| (f.width, f.height));
+                SessionMonitor {
+                    width,
+                    height,
+                    depth: 32,
+                    x,
+                    y,
+                    mm_width: None,
+                    mm_height: None,
+                }
+            })
+            .collect();
+        self.wlr_apply(monitors, 1);
     }
 
     fn wlr_result(&mut self, ok: Option<bool>) {
@@ -243,6 +308,7 @@ impl Dispatch<ZwlrOutputManagerV1, ()> for State {
                 name: String::new(),
                 enabled: false,
                 modes: Vec::new(),
+                current: None,
             }),
             zwlr_output_manager_v1::Event::Done { serial } => {
                 w.serial = Some(serial);
@@ -251,6 +317,7 @@ impl Dispatch<ZwlrOutputManagerV1, ()> for State {
                         state.wlr_apply(monitors, retries);
                     }
                 }
+                state.wlr_follow_preferred();
             }
             zwlr_output_manager_v1::Event::Finished => state.wlr = None,
             _ => {}
@@ -277,7 +344,13 @@ impl Dispatch<ZwlrOutputHeadV1, ()> for State {
         };
         match event {
             zwlr_output_head_v1::Event::Name { name } => h.name = name,
-            zwlr_output_head_v1::Event::Enabled { enabled } => h.enabled = enabled != 0,
+            zwlr_output_head_v1::Event::Enabled { enabled } => {
+                h.enabled = enabled != 0;
+                if !h.enabled {
+                    h.current = None;
+                }
+            }
+            zwlr_output_head_v1::Event::CurrentMode { mode } => h.current = Some(mode.id()),
             zwlr_output_head_v1::Event::Mode { mode } => {
                 w.modes.push((mode.id(), ModeInfo::default()));
                 h.modes.push(mode);
@@ -311,6 +384,11 @@ impl Dispatch<ZwlrOutputModeV1, ()> for State {
                 if let Some((_, m)) = w.modes.iter_mut().find(|(i, _)| *i == id) {
                     m.width = width;
                     m.height = height;
+                }
+            }
+            zwlr_output_mode_v1::Event::Preferred => {
+                if let Some((_, m)) = w.modes.iter_mut().find(|(i, _)| *i == id) {
+                    m.preferred = true;
                 }
             }
             zwlr_output_mode_v1::Event::Finished => {
