@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION};
+use guestlink_protocol::session::{
+    encode, encode_head, FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION,
+};
 use guestlink_protocol::vdagent::ClipboardType;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -68,24 +70,56 @@ fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
     })
 }
 
-fn frame(msg: &SessionMessage) -> Option<Vec<u8>> {
-    match encode(msg) {
-        Ok(f) => Some(f),
+/// The frame of `msg` as the parts to write in order: the head (header and metadata) and, when the message
+/// carries data, its data buffer moved out of it, so a large clipboard answer is never copied into a new frame
+/// buffer and its first bytes go out at once. Empty when the message cannot be encoded.
+fn frame(mut msg: SessionMessage) -> Vec<Vec<u8>> {
+    match encode_head(&msg) {
+        Ok(head) => {
+            let data = take_data(&mut msg);
+            if data.is_empty() {
+                vec![head]
+            } else {
+                vec![head, data]
+            }
+        }
         Err(e) => {
             tracing::warn!(kind = msg.kind(), "cannot encode a frame: {e}");
             // A clipboard answer that does not fit still gets an (empty) answer.
             if let SessionMessage::ClipboardData { selection, .. } = msg {
                 encode(&SessionMessage::ClipboardData {
-                    selection: *selection,
+                    selection,
                     data_type: ClipboardType::None,
                     data: Vec::new(),
                 })
                 .ok()
+                .into_iter()
+                .collect()
             } else {
-                None
+                Vec::new()
             }
         }
     }
+}
+
+/// Moves the data part out of `msg` (what `encode_head` left out of the head).
+fn take_data(msg: &mut SessionMessage) -> Vec<u8> {
+    match msg {
+        SessionMessage::ClipboardData { data, .. } | SessionMessage::FileXferData { data, .. } => {
+            std::mem::take(data)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Queues all parts of a frame for the writer (see [`send`]).
+async fn send_parts(out: &mpsc::Sender<Vec<u8>>, parts: Vec<Vec<u8>>) -> bool {
+    for part in parts {
+        if !send(out, part).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Queues a frame for the writer; `false` when the writer is gone or the daemon stopped reading for
@@ -172,9 +206,7 @@ impl Agent {
             session_id: std::env::var("XDG_SESSION_ID").unwrap_or_default(),
             capabilities: self.capabilities(),
         };
-        if let Some(f) = frame(&hello) {
-            let _ = send(&out, f).await;
-        }
+        let _ = send_parts(&out, frame(hello)).await;
         self.backend.resync();
         let mut decoder = FrameDecoder::new();
         let mut buf = vec![0u8; 256 * 1024];
@@ -190,10 +222,8 @@ impl Agent {
                         match m {
                             Ok(msg) => {
                                 for reply in self.handle(msg) {
-                                    if let Some(f) = frame(&reply) {
-                                        if !send(&out, f).await {
-                                            break 'conn End::Lost("daemon not reading".into());
-                                        }
+                                    if !send_parts(&out, frame(reply)).await {
+                                        break 'conn End::Lost("daemon not reading".into());
                                     }
                                 }
                             }
@@ -209,8 +239,8 @@ impl Agent {
                     if let BackendEvent::Fatal(e) = ev {
                         break End::Fatal(e);
                     }
-                    if let Some(f) = to_message(ev).as_ref().and_then(frame) {
-                        if !send(&out, f).await {
+                    if let Some(msg) = to_message(ev) {
+                        if !send_parts(&out, frame(msg)).await {
                             break End::Lost("writer stopped".into());
                         }
                     }
