@@ -8,9 +8,13 @@
 //! Runs on its own thread (kscreen-doctor takes ~100 ms) and then calls `done` so the layout is reported.
 
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::SessionMonitor;
+
+use super::follow_preferred::{Follower, OutputModes};
 
 /// One output as kscreen-doctor lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +84,103 @@ pub fn parse_outputs(text: &str) -> Vec<KOutput> {
         });
     }
     out
+}
+
+/// Each output's current and preferred mode sizes (`*` current, `!` preferred in `kscreen-doctor -o`), with the
+/// preferred mode's id.
+pub fn output_modes(text: &str) -> Vec<(OutputModes, Option<String>)> {
+    let mut out = Vec::new();
+    for line in strip_ansi(text).lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("Output:") {
+            continue;
+        }
+        let (Some(_id), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let mut o = OutputModes {
+            name: name.to_owned(),
+            current: None,
+            preferred: None,
+        };
+        let mut preferred_id = None;
+        for w in words
+            .skip_while(|w| *w != "Modes:")
+            .skip(1)
+            .take_while(|w| !w.ends_with(':'))
+        {
+            let Some((id, rest)) = w.split_once(':') else {
+                continue;
+            };
+            let flags = rest.trim_start_matches(|c: char| c != '*' && c != '!');
+            let size = rest.trim_end_matches(['*', '!']);
+            let size = size.split_once('@').map_or(size, |(s, _)| s);
+            let Some((wd, ht)) = size.split_once('x') else {
+                continue;
+            };
+            let (Ok(wd), Ok(ht)) = (wd.parse::<u32>(), ht.parse::<u32>()) else {
+                continue;
+            };
+            if flags.contains('*') {
+                o.current = Some((wd, ht));
+            }
+            if flags.contains('!') && o.preferred.is_none() {
+                o.preferred = Some((wd, ht));
+                preferred_id = Some(id.to_owned());
+            }
+        }
+        out.push((o, preferred_id));
+    }
+    out
+}
+
+/// After an output change: on a thread, lists the outputs and switches those whose preferred mode changed to it
+/// (see [`Follower`]); calls `done` when it applied something. At most one such thread runs at a time.
+pub fn spawn_follow(
+    follower: Arc<Mutex<Follower>>,
+    busy: Arc<AtomicBool>,
+    done: impl FnOnce() + Send + 'static,
+) {
+    if busy.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let flag = busy.clone();
+    let spawned = std::thread::Builder::new()
+        .name("kscreen-follow".into())
+        .spawn(move || {
+            match doctor(&["-o".to_owned()]) {
+                Ok(text) => {
+                    let listed = output_modes(&text);
+                    let outs: Vec<OutputModes> = listed.iter().map(|(o, _)| o.clone()).collect();
+                    let mut f = match follower.lock() {
+                        Ok(g) => g,
+                        Err(poisoned) => poisoned.into_inner(),
+                    };
+                    let args: Vec<String> = f
+                        .on_outputs(&outs, Instant::now())
+                        .iter()
+                        .filter_map(|a| {
+                            let (_, id) = listed.iter().find(|(o, _)| o.name == a.name)?;
+                            Some(format!("output.{}.mode.{}", a.name, id.as_ref()?))
+                        })
+                        .collect();
+                    drop(f);
+                    if !args.is_empty() {
+                        tracing::info!(?args, "kscreen-doctor (preferred mode)");
+                        if let Err(e) = doctor(&args) {
+                            tracing::warn!("{e}");
+                        }
+                        done();
+                    }
+                }
+                Err(e) => tracing::debug!("{e}"),
+            }
+            flag.store(false, Ordering::Release);
+        });
+    if let Err(e) = spawned {
+        busy.store(false, Ordering::Release);
+        tracing::warn!("spawning the kscreen-doctor thread: {e}");
+    }
 }
 
 /// kscreen-doctor arguments for `monitors`, and warnings for sizes KWin does not list.
@@ -188,6 +289,15 @@ mod tests {
         assert_eq!(o[0].name, "Virtual-0");
         assert_eq!(o[0].modes.len(), 3);
         assert!(o[0].modes[0].4);
+        let m = output_modes(text);
+        assert_eq!(m[0].0.current, Some((1280, 800)));
+        assert_eq!(m[0].0.preferred, Some((1280, 800)));
+        assert_eq!(m[0].1.as_deref(), Some("0"));
+        let changed = output_modes(
+            "Output: 1 Virtual-0 enabled connected Modes: 0:1280x800@60* 1:1920x1080@60! Geometry: 0,0 1280x800",
+        );
+        assert_eq!(changed[0].0.preferred, Some((1920, 1080)));
+        assert_eq!(changed[0].1.as_deref(), Some("1"));
         let m = SessionMonitor {
             width: 1024,
             height: 768,

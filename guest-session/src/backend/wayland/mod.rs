@@ -71,6 +71,11 @@ pub(crate) struct State {
     fatal: Option<String>,
     /// KDE: resize with kscreen-doctor; the handle to wake this thread when it is done.
     kscreen: Option<(mpsc::Sender<Command>, UnixStream)>,
+    /// KDE: follows a changed preferred mode (virtio-gpu hotplug); the flag says a kscreen-doctor thread runs.
+    kde_follow: (
+        std::sync::Arc<std::sync::Mutex<follow_preferred::Follower>>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ),
 }
 
 /// The handle of the Wayland backend thread.
@@ -131,6 +136,10 @@ impl WaylandBackend {
             max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
             outputs_changed: false,
             need_geometry: false,
+            kde_follow: (
+                std::sync::Arc::new(std::sync::Mutex::new(follow_preferred::Follower::from_env())),
+                std::sync::Arc::default(),
+            ),
             last_geometry: None,
             fatal: None,
             kscreen: None,
@@ -256,6 +265,9 @@ impl State {
             }
             Command::Monitors(m) => match &self.kscreen {
                 Some((tx, wake)) if self.wlr.is_none() => {
+                    if let Ok(mut f) = self.kde_follow.0.lock() {
+                        f.host_request(Instant::now());
+                    }
                     let (tx, wake) = (tx.clone(), wake.try_clone());
                     kde::spawn_apply(m, move || {
                         if tx.send(Command::ReportGeometry).is_ok() {
@@ -274,6 +286,25 @@ impl State {
             }
             Command::Shutdown => {}
         }
+    }
+
+    /// KDE: after an output change, follows a changed preferred mode through kscreen-doctor.
+    fn kde_follow_preferred(&self) {
+        let Some((tx, wake)) = self.kscreen.as_ref().filter(|_| self.wlr.is_none()) else {
+            return;
+        };
+        let (tx, wake) = (tx.clone(), wake.try_clone());
+        kde::spawn_follow(
+            self.kde_follow.0.clone(),
+            self.kde_follow.1.clone(),
+            move || {
+                if tx.send(Command::ReportGeometry).is_ok() {
+                    if let Ok(mut w) = wake {
+                        let _ = w.write(&[1]);
+                    }
+                }
+            },
+        );
     }
 
     fn report_geometry(&mut self, force: bool) {
@@ -309,6 +340,7 @@ impl State {
                 self.report_geometry(true);
             } else if std::mem::take(&mut self.outputs_changed) {
                 self.report_geometry(false);
+                self.kde_follow_preferred();
             }
             if let Some(f) = self.fatal.take() {
                 bail!(f);
