@@ -113,22 +113,7 @@ pub fn workspace_root() -> PathBuf {
 pub fn guestlinkd_path() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINKD") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "guestlink-daemon", "--bin", "guestlinkd"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("running cargo build -p guestlink-daemon");
-        assert!(
-            status.success(),
-            "cargo build -p guestlink-daemon failed: {status}"
-        );
-        let p = target_dir().join("debug").join("guestlinkd");
-        assert!(p.exists(), "{} missing after the build", p.display());
-        p
+        crate::bins::workspace_binary(&["GUESTLINKD"], "guestlink-daemon", "guestlinkd")
     })
 }
 

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod bins;
 pub mod client;
 pub mod shape;
 

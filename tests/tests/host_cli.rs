@@ -8,33 +8,15 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::{target_dir, workspace_root};
 use guestlink_tests::{both_agents, Agent, AgentKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// `guestlink`: `$GUESTLINK_BIN`, else built once per test process with `cargo build -p guestlink`.
 fn guestlink_bin() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINK_BIN") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "guestlink", "--bin", "guestlink"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("running cargo build -p guestlink");
-        assert!(
-            status.success(),
-            "cargo build -p guestlink failed: {status}"
-        );
-        target_dir().join("debug").join("guestlink")
-    })
+    guestlink_tests::bins::guestlink_path()
 }
 
 /// Runs `guestlink --socket SOCK ARGS…`, feeding `stdin` (none: /dev/null).

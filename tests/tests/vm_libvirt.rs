@@ -18,7 +18,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const URI: &str = "qemu:///system";
@@ -210,26 +209,7 @@ fn count_in(text: &str, prefix: &str) -> u64 {
 
 /// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p guestlink`.
 fn guestlink_bin() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINK_BIN") {
-            return PathBuf::from(p);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root")
-            .to_path_buf();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "guestlink", "--bin", "guestlink"])
-            .current_dir(&root)
-            .status()
-            .expect("cargo build -p guestlink");
-        assert!(status.success());
-        let target =
-            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-        target.join("debug").join("guestlink")
-    })
+    guestlink_tests::bins::guestlink_path()
 }
 
 /// `guestlink --libvirt-uri qemu:///system --domain NAME ARGS…` with generous timeouts (TCG, loaded machine).

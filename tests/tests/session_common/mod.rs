@@ -8,11 +8,10 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
-use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+use guestlink_tests::agent::peers_required;
 
 /// Whether `tools` exist; skips (prints `apt_hint`) or panics under GUESTLINK_REQUIRE_PEERS (naming the
 /// `.ci/apt.d/<apt_list>` file that installs them).
@@ -41,20 +40,7 @@ pub fn tools_present(tools: &[&str], apt_list: &str, apt_hint: &str) -> bool {
 
 /// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
 pub fn session_binary() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(p) = std::env::var_os("GUESTLINK_SESSION") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "guestlink-session"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("cargo build -p guestlink-session");
-        assert!(status.success(), "building guestlink-session failed");
-        target_dir().join("debug").join("guestlink-session")
-    })
+    guestlink_tests::bins::session_path()
 }
 
 /// Runs `c` (stdout captured, stderr discarded, `stdin` fed or null) with a deadline of `wait`; `None` when it

@@ -6,46 +6,23 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::{peers_required, target_dir, workspace_root};
+use guestlink_tests::agent::peers_required;
 
 /// Generous bound for anything on a loaded 2-core machine.
 /// Generous: CI machines have 2 cores and run other tests alongside.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Builds `bin` of `pkg` once per test process (or takes `$env`).
-fn build(env: &str, pkg: &str, bin: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env) {
-        return PathBuf::from(p);
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "-p", pkg, "--bin", bin])
-        .current_dir(workspace_root())
-        .status()
-        .expect("cargo build");
-    assert!(st.success(), "cargo build -p {pkg} failed");
-    target_dir().join("debug").join(bin)
-}
-
 /// `guestlink` (`$GUESTLINK_BIN` or built).
 pub fn guestlink_bin() -> &'static PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| build("GUESTLINK_BIN", "guestlink", "guestlink"))
+    guestlink_tests::bins::guestlink_path()
 }
 
 /// `guestlink-session` (`$GUESTLINK_SESSION_BIN` or built).
 pub fn session_bin() -> &'static PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        build(
-            "GUESTLINK_SESSION_BIN",
-            "guestlink-session",
-            "guestlink-session",
-        )
-    })
+    guestlink_tests::bins::session_path()
 }
 
 /// Absolute path of a system program.
