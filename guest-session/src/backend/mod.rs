@@ -14,6 +14,7 @@
 pub mod detect;
 pub mod null;
 pub mod wayland;
+pub(crate) mod worker;
 pub mod x11;
 
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};

@@ -33,6 +33,7 @@ use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
 use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
 use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
+use super::worker::{wake_pair, Worker, WorkerCommand};
 use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
 use data_control::Manager;
 
@@ -81,10 +82,14 @@ pub(crate) struct State {
 /// The handle of the Wayland backend thread.
 #[derive(Debug)]
 pub struct WaylandBackend {
-    tx: mpsc::Sender<Command>,
-    wake: UnixStream,
+    worker: Worker<Command>,
     features: BackendFeatures,
-    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WorkerCommand for Command {
+    fn shutdown() -> Self {
+        Command::Shutdown
+    }
 }
 
 impl WaylandBackend {
@@ -152,9 +157,7 @@ impl WaylandBackend {
         // Two round trips: globals' first events, then the objects they created (offers, heads, modes).
         queue.roundtrip(&mut state).context("Wayland round trip")?;
         queue.roundtrip(&mut state).context("Wayland round trip")?;
-        let (wake_tx, wake_rx) = UnixStream::pair().context("wake-up socket pair")?;
-        wake_tx.set_nonblocking(true)?;
-        wake_rx.set_nonblocking(true)?;
+        let (wake_tx, wake_rx) = wake_pair()?;
         let (tx, rx) = mpsc::channel();
         if plan.resize == ResizeBackend::KscreenDoctor {
             if kde::available() {
@@ -180,27 +183,14 @@ impl WaylandBackend {
             })
             .context("spawning the Wayland thread")?;
         let backend = Self {
-            tx,
-            wake: wake_tx,
+            worker: Worker::new(tx, wake_tx, thread),
             features,
-            thread: Some(thread),
         };
         Ok((Some(backend), plan))
     }
 
     fn send(&self, cmd: Command) {
-        if self.tx.send(cmd).is_ok() {
-            let _ = (&self.wake).write(&[1]);
-        }
-    }
-}
-
-impl Drop for WaylandBackend {
-    fn drop(&mut self) {
-        self.send(Command::Shutdown);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.send(cmd);
     }
 }
 

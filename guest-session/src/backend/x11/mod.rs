@@ -12,7 +12,7 @@ mod read;
 mod serve;
 
 use std::collections::VecDeque;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
@@ -33,6 +33,7 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
 use self::atoms::Atoms;
+use super::worker::{wake_pair, Worker, WorkerCommand};
 use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
 
 /// Hard cap on clipboard data read from guest applications, below the session frame limit.
@@ -57,17 +58,19 @@ enum Command {
 /// The handle of the X11 backend thread.
 #[derive(Debug)]
 pub struct X11Backend {
-    tx: mpsc::Sender<Command>,
-    wake: UnixStream,
-    thread: Option<std::thread::JoinHandle<()>>,
+    worker: Worker<Command>,
+}
+
+impl WorkerCommand for Command {
+    fn shutdown() -> Self {
+        Command::Shutdown
+    }
 }
 
 impl X11Backend {
     /// Connects to `$DISPLAY` and starts the thread.
     pub fn start(events: EventSender) -> Result<Self> {
-        let (wake_tx, wake_rx) = UnixStream::pair().context("wake-up socket pair")?;
-        wake_tx.set_nonblocking(true)?;
-        wake_rx.set_nonblocking(true)?;
+        let (wake_tx, wake_rx) = wake_pair()?;
         let state = X11::connect(events.clone(), wake_rx)?;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -81,26 +84,12 @@ impl X11Backend {
             })
             .context("spawning the X11 thread")?;
         Ok(Self {
-            tx,
-            wake: wake_tx,
-            thread: Some(thread),
+            worker: Worker::new(tx, wake_tx, thread),
         })
     }
 
     fn send(&self, cmd: Command) {
-        if self.tx.send(cmd).is_ok() {
-            // A full socket buffer means a wake-up is already pending.
-            let _ = (&self.wake).write(&[1]);
-        }
-    }
-}
-
-impl Drop for X11Backend {
-    fn drop(&mut self) {
-        self.send(Command::Shutdown);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.worker.send(cmd);
     }
 }
 
