@@ -151,7 +151,11 @@ pub fn decode_body_owned(kind: u16, mut body: Vec<u8>) -> Result<SessionMessage,
 }
 
 /// The message described by the JSON metadata of a frame of `kind`; `no_data`: the frame carries no data part.
-fn decode_meta(kind: u16, meta: &[u8], no_data: bool) -> Result<SessionMessage, SessionError> {
+pub(crate) fn decode_meta(
+    kind: u16,
+    meta: &[u8],
+    no_data: bool,
+) -> Result<SessionMessage, SessionError> {
     let message: SessionMessage =
         serde_json::from_slice(meta).map_err(|e| SessionError::BadBody(e.to_string()))?;
     if message.kind() != kind {
@@ -166,132 +170,10 @@ fn decode_meta(kind: u16, meta: &[u8], no_data: bool) -> Result<SessionMessage, 
     Ok(message)
 }
 
-/// Incremental frame decoder with bounded buffering: it holds at most one partial frame, whose body buffer grows
-/// only as bytes arrive and never beyond [`MAX_FRAME_BODY`] (or the configured smaller cap).
-#[derive(Debug)]
-pub struct FrameDecoder {
-    max_body: u32,
-    header_buf: [u8; FRAME_HEADER_SIZE],
-    header_len: usize,
-    header: Option<FrameHeader>,
-    body: Vec<u8>,
-    poisoned: bool,
-}
-
-impl Default for FrameDecoder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl FrameDecoder {
-    /// A decoder accepting bodies up to [`MAX_FRAME_BODY`].
-    pub fn new() -> Self {
-        Self::with_max_body(MAX_FRAME_BODY)
-    }
-
-    /// A decoder accepting bodies up to `max_body` (clamped to [`MAX_FRAME_BODY`]).
-    pub fn with_max_body(max_body: u32) -> Self {
-        Self {
-            max_body: max_body.min(MAX_FRAME_BODY),
-            header_buf: [0; FRAME_HEADER_SIZE],
-            header_len: 0,
-            header: None,
-            body: Vec::new(),
-            poisoned: false,
-        }
-    }
-
-    /// Whether a fatal error stopped the decoder.
-    pub fn is_poisoned(&self) -> bool {
-        self.poisoned
-    }
-
-    /// Memory held for the partial frame (header bytes plus body capacity).
-    pub fn buffered_bytes(&self) -> usize {
-        self.header_len + self.body.capacity()
-    }
-
-    /// Feeds bytes; returns one result per completed frame. Fatal errors stop the decoder (later calls return
-    /// [`SessionError::Poisoned`]); per-frame errors do not.
-    pub fn feed(&mut self, mut input: &[u8]) -> Vec<Result<SessionMessage, SessionError>> {
-        let mut out = Vec::new();
-        if self.poisoned {
-            if !input.is_empty() {
-                out.push(Err(SessionError::Poisoned));
-            }
-            return out;
-        }
-        while !input.is_empty() {
-            let header = match self.header {
-                Some(h) => h,
-                None => {
-                    let n = (FRAME_HEADER_SIZE - self.header_len).min(input.len());
-                    self.header_buf[self.header_len..self.header_len + n]
-                        .copy_from_slice(&input[..n]);
-                    self.header_len += n;
-                    input = &input[n..];
-                    if self.header_len < FRAME_HEADER_SIZE {
-                        break;
-                    }
-                    self.header_len = 0;
-                    let h = FrameHeader::decode(&self.header_buf);
-                    if let Err(e) = self.check_header(&h) {
-                        self.poisoned = true;
-                        out.push(Err(e));
-                        return out;
-                    }
-                    self.header = Some(h);
-                    h
-                }
-            };
-            let length = header.length as usize;
-            let needed = length - self.body.len();
-            let n = needed.min(input.len());
-            self.grow_for(n, length);
-            self.body.extend_from_slice(&input[..n]);
-            input = &input[n..];
-            if self.body.len() == length {
-                let body = std::mem::take(&mut self.body);
-                self.header = None;
-                out.push(decode_body_owned(header.kind, body));
-            }
-        }
-        out
-    }
-
-    /// Makes room for `n` more body bytes of a `length`-byte body: capacity doubles (so it never exceeds twice
-    /// the bytes received, whatever the header claims) but is capped at `length`, so the last step allocates
-    /// exactly the frame and a large body is not reallocated past its size.
-    fn grow_for(&mut self, n: usize, length: usize) {
-        let len = self.body.len();
-        if len + n <= self.body.capacity() {
-            return;
-        }
-        let target = (self.body.capacity() * 2).max(len + n).min(length);
-        self.body.reserve_exact(target - len);
-    }
-
-    fn check_header(&self, h: &FrameHeader) -> Result<(), SessionError> {
-        if h.magic != FRAME_MAGIC {
-            return Err(SessionError::BadMagic(h.magic));
-        }
-        if h.version != FRAME_VERSION {
-            return Err(SessionError::UnsupportedVersion(h.version));
-        }
-        if h.length > self.max_body {
-            return Err(SessionError::FrameTooLarge {
-                size: h.length.into(),
-                max: self.max_body.into(),
-            });
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod owned_tests {
     use super::*;
+    use crate::session::FrameDecoder;
     use crate::vdagent::{ClipboardType, Selection};
 
     fn clip(len: usize) -> SessionMessage {

@@ -10,14 +10,16 @@
 //! [`SessionError::UnknownKind`]); bulk bytes (clipboard data, file chunks) travel in the data part, so they are
 //! never base64-inflated or JSON-escaped. See [`frame`] for the byte layout.
 
+pub mod decoder;
 pub mod error;
 pub mod frame;
 pub mod message;
 
+pub use decoder::{FrameDecoder, FrameEvent};
 pub use error::SessionError;
 pub use frame::{
-    decode_body, decode_body_owned, encode, encode_head, FrameDecoder, FrameHeader,
-    FRAME_HEADER_SIZE, MAX_FRAME_BODY,
+    decode_body, decode_body_owned, encode, encode_head, FrameHeader, FRAME_HEADER_SIZE,
+    MAX_FRAME_BODY,
 };
 pub use message::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, MAX_KIND,

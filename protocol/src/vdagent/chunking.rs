@@ -97,22 +97,42 @@ pub fn encode_single_parts(
     message: &Message,
     wire: WireFormat,
 ) -> Result<(Vec<u8>, &[u8]), VdagentError> {
-    let (fixed, data): (Vec<u8>, &[u8]) = match message {
+    let data: &[u8] = match message {
+        Message::Clipboard { data, .. } => data,
+        _ => &[],
+    };
+    Ok((encode_single_head(port, message, data.len(), wire)?, data))
+}
+
+/// The head of a single-chunk message whose data part is not at hand yet, for a relay that writes the head and
+/// then streams `data_len` data bytes behind it: the chunk and message headers count `data_len`, and the
+/// payload's fixed fields come from `message` (a CLIPBOARD's own data is ignored). Only CLIPBOARD carries a
+/// data part; for other messages `data_len` must be 0.
+pub fn encode_single_head(
+    port: Port,
+    message: &Message,
+    data_len: usize,
+    wire: WireFormat,
+) -> Result<Vec<u8>, VdagentError> {
+    let fixed = match message {
         Message::Clipboard {
             selection,
             data_type,
-            data,
-        } => {
-            let fields = Message::Clipboard {
-                selection: *selection,
-                data_type: *data_type,
-                data: Vec::new(),
-            };
-            (fields.encode_payload(wire)?, data.as_slice())
+            ..
+        } => Message::Clipboard {
+            selection: *selection,
+            data_type: *data_type,
+            data: Vec::new(),
         }
-        _ => (message.encode_payload(wire)?, &[]),
+        .encode_payload(wire)?,
+        _ if data_len > 0 => {
+            return Err(VdagentError::Encode(
+                "only CLIPBOARD carries a streamed data part",
+            ))
+        }
+        _ => message.encode_payload(wire)?,
     };
-    let payload_len = fixed.len() + data.len();
+    let payload_len = fixed.len() + data_len;
     let header = MessageHeader::new(
         message.message_type().as_u32(),
         len_u32(payload_len, "payload larger than 4 GiB")?,
@@ -128,7 +148,7 @@ pub fn encode_single_parts(
     head.extend_from_slice(&chunk.encode());
     head.extend_from_slice(&header.encode());
     head.extend_from_slice(&fixed);
-    Ok((head, data))
+    Ok(head)
 }
 
 #[cfg(test)]
@@ -167,5 +187,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_streamed_head_equals_the_head_of_the_whole_message() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let whole = Message::Clipboard {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::ImagePng,
+            data: data.clone(),
+        };
+        let empty = Message::Clipboard {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::ImagePng,
+            data: Vec::new(),
+        };
+        for wire in WireFormat::ALL {
+            let (head, _) = encode_single_parts(Port::Client, &whole, wire).unwrap();
+            let streamed = encode_single_head(Port::Client, &empty, data.len(), wire).unwrap();
+            assert_eq!(streamed, head, "{wire:?}");
+        }
+        assert!(encode_single_head(
+            Port::Client,
+            &Message::ClientDisconnected,
+            1,
+            WireFormat::default()
+        )
+        .is_err());
     }
 }

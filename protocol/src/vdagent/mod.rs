@@ -24,7 +24,9 @@ pub mod reassembly;
 mod wire;
 
 pub use caps::{Capabilities, Capability};
-pub use chunking::{encode_message, encode_raw_message, encode_single_parts, ChunkMode};
+pub use chunking::{
+    encode_message, encode_raw_message, encode_single_head, encode_single_parts, ChunkMode,
+};
 pub use clipboard::{ClipboardType, GrabSerials, Selection, SerialRule};
 pub use display::{
     AudioVolumeSync, DeviceDisplayInfo, DisplayConfig, GraphicsDeviceInfo, MonitorConfig,

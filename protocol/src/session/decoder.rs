@@ -1,0 +1,354 @@
+//! The incremental [`FrameDecoder`]: bounded buffering, per-frame errors that keep the stream usable, and
+//! optional streaming of large data parts ([`FrameDecoder::streaming`]), so a relay such as guestlinkd can pass
+//! a 16 MiB clipboard answer on while it is still arriving instead of holding all of it first.
+
+use super::error::SessionError;
+use super::frame::{
+    decode_meta, FrameHeader, FRAME_HEADER_SIZE, FRAME_MAGIC, FRAME_VERSION, MAX_FRAME_BODY,
+    MAX_META_SIZE,
+};
+use super::message::{SessionMessage, MAX_KIND};
+
+/// What [`FrameDecoder::feed_events`] produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameEvent {
+    /// A whole message.
+    Message(SessionMessage),
+    /// A streamed message begins: `message` has an empty data part; `len` data bytes follow as
+    /// [`FrameEvent::Data`] pieces, then [`FrameEvent::DataEnd`].
+    DataBegin {
+        /// The message without its data.
+        message: SessionMessage,
+        /// Length of the data part that follows.
+        len: usize,
+    },
+    /// The next piece of the streamed data part (never empty; at most one `feed` input long).
+    Data(Vec<u8>),
+    /// The streamed data part is complete.
+    DataEnd,
+}
+
+/// Where the decoder is within the current frame.
+#[derive(Debug)]
+enum Phase {
+    /// Collecting the 12-byte header.
+    Header,
+    /// Collecting the 4-byte metadata length into `head`.
+    Prefix,
+    /// Collecting `meta_len` metadata bytes into `head` (after the prefix).
+    Meta { meta_len: usize },
+    /// Collecting the data part of `message`.
+    Data {
+        message: SessionMessage,
+        data: Vec<u8>,
+    },
+    /// Passing the data part on as pieces.
+    Stream,
+    /// Discarding the rest of a frame whose error was already reported.
+    Skip,
+}
+
+/// Incremental frame decoder with bounded buffering: it holds at most one partial frame, whose buffers grow
+/// only as bytes arrive (at most twice the bytes received) and never beyond the body cap.
+///
+/// Fatal errors ([`SessionError::BadMagic`], [`SessionError::UnsupportedVersion`],
+/// [`SessionError::FrameTooLarge`]) stop the decoder; later calls return [`SessionError::Poisoned`]. Other errors
+/// concern one frame, which is skipped.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    max_body: u32,
+    /// Stream data parts of at least this many bytes (see [`FrameDecoder::streaming`]).
+    stream_min: Option<usize>,
+    header_buf: [u8; FRAME_HEADER_SIZE],
+    header_len: usize,
+    /// Kind of the current frame.
+    kind: u16,
+    /// Body bytes of the current frame not consumed yet.
+    left: usize,
+    /// The metadata length prefix and the metadata of the current frame.
+    head: Vec<u8>,
+    phase: Phase,
+    poisoned: bool,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FrameDecoder {
+    /// A decoder accepting bodies up to [`MAX_FRAME_BODY`].
+    pub fn new() -> Self {
+        Self::with_max_body(MAX_FRAME_BODY)
+    }
+
+    /// A decoder accepting bodies up to `max_body` (clamped to [`MAX_FRAME_BODY`]).
+    pub fn with_max_body(max_body: u32) -> Self {
+        Self {
+            max_body: max_body.min(MAX_FRAME_BODY),
+            stream_min: None,
+            header_buf: [0; FRAME_HEADER_SIZE],
+            header_len: 0,
+            kind: 0,
+            left: 0,
+            head: Vec::new(),
+            phase: Phase::Header,
+            poisoned: false,
+        }
+    }
+
+    /// Makes [`FrameDecoder::feed_events`] stream data parts of at least `min` bytes (at least 1): the message
+    /// comes first as [`FrameEvent::DataBegin`], then the data in pieces as they arrive. Frames with such a data
+    /// part may be as large as [`MAX_FRAME_BODY`] even when the body cap is smaller, as long as their metadata
+    /// fits within the cap — so a decoder for small frames still passes large data on with bounded memory.
+    pub fn streaming(mut self, min: usize) -> Self {
+        self.stream_min = Some(min.max(1));
+        self
+    }
+
+    /// Whether a fatal error stopped the decoder.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Memory held for the partial frame (header bytes plus buffer capacities).
+    pub fn buffered_bytes(&self) -> usize {
+        let data = match &self.phase {
+            Phase::Data { data, .. } => data.capacity(),
+            _ => 0,
+        };
+        self.header_len + self.head.capacity() + data
+    }
+
+    /// Feeds bytes; returns one result per completed frame (data parts are never streamed here).
+    pub fn feed(&mut self, input: &[u8]) -> Vec<Result<SessionMessage, SessionError>> {
+        self.run(input, false)
+            .into_iter()
+            .filter_map(|r| match r {
+                Ok(FrameEvent::Message(m)) => Some(Ok(m)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect()
+    }
+
+    /// Feeds bytes; returns whole messages and, for data parts of at least the [`FrameDecoder::streaming`]
+    /// size, the streamed message's events.
+    pub fn feed_events(&mut self, input: &[u8]) -> Vec<Result<FrameEvent, SessionError>> {
+        self.run(input, true)
+    }
+
+    fn run(
+        &mut self,
+        mut input: &[u8],
+        allow_stream: bool,
+    ) -> Vec<Result<FrameEvent, SessionError>> {
+        let mut out = Vec::new();
+        if self.poisoned {
+            if !input.is_empty() {
+                out.push(Err(SessionError::Poisoned));
+            }
+            return out;
+        }
+        loop {
+            match &mut self.phase {
+                Phase::Header => {
+                    if input.is_empty() {
+                        break;
+                    }
+                    let n = (FRAME_HEADER_SIZE - self.header_len).min(input.len());
+                    self.header_buf[self.header_len..self.header_len + n]
+                        .copy_from_slice(&input[..n]);
+                    self.header_len += n;
+                    input = &input[n..];
+                    if self.header_len < FRAME_HEADER_SIZE {
+                        break;
+                    }
+                    self.header_len = 0;
+                    let h = FrameHeader::decode(&self.header_buf);
+                    if let Err(e) = self.check_header(&h, allow_stream) {
+                        self.poisoned = true;
+                        out.push(Err(e));
+                        return out;
+                    }
+                    self.start_frame(h, &mut out);
+                }
+                Phase::Prefix | Phase::Meta { .. } => {
+                    let want = match self.phase {
+                        Phase::Meta { meta_len } => 4 + meta_len,
+                        _ => 4,
+                    };
+                    let n = (want - self.head.len()).min(input.len());
+                    self.head.extend_from_slice(&input[..n]);
+                    self.left -= n;
+                    input = &input[n..];
+                    if self.head.len() < want {
+                        break;
+                    }
+                    if matches!(self.phase, Phase::Prefix) {
+                        self.prefix_done(allow_stream, &mut out);
+                    } else {
+                        self.meta_done(allow_stream, &mut out);
+                    }
+                }
+                Phase::Data { data, .. } => {
+                    let n = self.left.min(input.len());
+                    grow_for(data, n, self.left);
+                    data.extend_from_slice(&input[..n]);
+                    self.left -= n;
+                    input = &input[n..];
+                    if self.left > 0 {
+                        break;
+                    }
+                    if let Phase::Data { mut message, data } =
+                        std::mem::replace(&mut self.phase, Phase::Header)
+                    {
+                        message.set_data(data);
+                        out.push(Ok(FrameEvent::Message(message)));
+                    }
+                    self.end_frame();
+                }
+                Phase::Stream => {
+                    let n = self.left.min(input.len());
+                    if n > 0 {
+                        out.push(Ok(FrameEvent::Data(input[..n].to_vec())));
+                        self.left -= n;
+                        input = &input[n..];
+                    }
+                    if self.left > 0 {
+                        break;
+                    }
+                    out.push(Ok(FrameEvent::DataEnd));
+                    self.end_frame();
+                }
+                Phase::Skip => {
+                    let n = self.left.min(input.len());
+                    self.left -= n;
+                    input = &input[n..];
+                    if self.left > 0 {
+                        break;
+                    }
+                    self.end_frame();
+                }
+            }
+        }
+        out
+    }
+
+    /// The header passed its checks: start on the body.
+    fn start_frame(&mut self, h: FrameHeader, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+        self.kind = h.kind;
+        self.left = h.length as usize;
+        if h.kind == 0 || h.kind > MAX_KIND {
+            self.fail(out, SessionError::UnknownKind(h.kind));
+        } else if self.left < 4 {
+            self.fail(
+                out,
+                SessionError::BadBody("body shorter than 4 bytes".into()),
+            );
+        } else {
+            self.phase = Phase::Prefix;
+        }
+    }
+
+    /// The metadata length is known: check it and whether the frame may be buffered or must be streamed.
+    fn prefix_done(&mut self, allow_stream: bool, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+        let meta_len = u32::from_le_bytes([self.head[0], self.head[1], self.head[2], self.head[3]]);
+        if meta_len > MAX_META_SIZE || meta_len as usize > self.left {
+            let e = SessionError::BadBody(format!("metadata length {meta_len} out of bounds"));
+            return self.fail(out, e);
+        }
+        let meta_len = meta_len as usize;
+        let body = 4 + self.left;
+        let fits = body <= self.max_body as usize;
+        let streamed_fits = self.streams(allow_stream, self.left - meta_len)
+            && 4 + meta_len <= self.max_body as usize;
+        if !fits && !streamed_fits {
+            let e = SessionError::BadBody(format!(
+                "a body of {body} bytes exceeds the limit of {} bytes",
+                self.max_body
+            ));
+            return self.fail(out, e);
+        }
+        self.phase = Phase::Meta { meta_len };
+    }
+
+    /// The metadata is complete: decode it, then collect or stream the data part.
+    fn meta_done(&mut self, allow_stream: bool, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+        let data_len = self.left;
+        let message = match decode_meta(self.kind, &self.head[4..], data_len == 0) {
+            Ok(m) => m,
+            Err(e) => return self.fail(out, e),
+        };
+        if data_len == 0 {
+            out.push(Ok(FrameEvent::Message(message)));
+            self.end_frame();
+        } else if self.streams(allow_stream, data_len) {
+            out.push(Ok(FrameEvent::DataBegin {
+                message,
+                len: data_len,
+            }));
+            self.phase = Phase::Stream;
+        } else {
+            self.phase = Phase::Data {
+                message,
+                data: Vec::new(),
+            };
+        }
+    }
+
+    /// Whether a data part of `data_len` bytes in the current frame is streamed.
+    fn streams(&self, allow_stream: bool, data_len: usize) -> bool {
+        allow_stream
+            && SessionMessage::kind_has_data(self.kind)
+            && self.stream_min.is_some_and(|min| data_len >= min)
+    }
+
+    /// Reports a per-frame error and skips the rest of the frame.
+    fn fail(&mut self, out: &mut Vec<Result<FrameEvent, SessionError>>, e: SessionError) {
+        out.push(Err(e));
+        self.phase = Phase::Skip;
+    }
+
+    /// Back to waiting for a header; no buffer is kept between frames.
+    fn end_frame(&mut self) {
+        self.phase = Phase::Header;
+        self.head = Vec::new();
+    }
+
+    fn check_header(&self, h: &FrameHeader, allow_stream: bool) -> Result<(), SessionError> {
+        if h.magic != FRAME_MAGIC {
+            return Err(SessionError::BadMagic(h.magic));
+        }
+        if h.version != FRAME_VERSION {
+            return Err(SessionError::UnsupportedVersion(h.version));
+        }
+        // A frame that may be streamed is only bounded by the protocol cap here; `prefix_done` checks the rest.
+        let may_stream =
+            allow_stream && self.stream_min.is_some() && SessionMessage::kind_has_data(h.kind);
+        let max = if may_stream {
+            MAX_FRAME_BODY
+        } else {
+            self.max_body
+        };
+        if h.length > max {
+            return Err(SessionError::FrameTooLarge {
+                size: h.length.into(),
+                max: max.into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Grows `buf` for `n` more bytes of a data part with `left` bytes still to come: doubling (so the capacity
+/// stays within twice the bytes received) but never past the announced size.
+fn grow_for(buf: &mut Vec<u8>, n: usize, left: usize) {
+    let len = buf.len();
+    if len + n <= buf.capacity() {
+        return;
+    }
+    let target = (buf.capacity() * 2).max(len + n).min(len + left);
+    buf.reserve_exact(target - len);
+}
