@@ -5,7 +5,7 @@
 //! task (a bounded queue; when it is full the core stops reading the SPICE port until the agent catches up, and
 //! drops an agent that makes no progress for the stall timeout — memory never grows with a slow agent).
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -88,45 +88,13 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
         next_id += 1;
         let (cfg, events, open) = (cfg.clone(), events.clone(), Arc::clone(&open));
         tokio::spawn(async move {
-            match identify(&stream, cfg.logind.as_ref()).await {
+            match super::peer::identify(&stream, cfg.logind.as_ref()).await {
                 Ok(session) => serve(id, stream, session, events).await,
                 Err(e) => tracing::warn!(agent = id, "session agent refused: {e:#}"),
             }
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
-}
-
-/// The peer's session after the credential checks.
-async fn identify(stream: &UnixStream, logind: Option<&Logind>) -> Result<String> {
-    let cred = stream.peer_cred().context("SO_PEERCRED")?;
-    let uid = cred.uid();
-    let pid = cred
-        .pid()
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0)
-        .context("the peer has no pid")?;
-    let Some(logind) = logind else {
-        tracing::info!(uid, pid, "session agent connected (no logind)");
-        return Ok(String::new());
-    };
-    let session = logind.session_of_pid(pid).await?;
-    if uid != 0 && uid != session.uid {
-        anyhow::bail!(
-            "uid {uid} does not own session {} (uid {})",
-            session.id,
-            session.uid
-        );
-    }
-    // The pid may have been recycled during the lookup: its owner must still be the peer's uid.
-    let owner = std::fs::metadata(format!("/proc/{pid}"))
-        .context("peer process vanished")?
-        .uid();
-    if owner != uid {
-        anyhow::bail!("pid {pid} changed owner during the check");
-    }
-    tracing::info!(uid, pid, session = %session.id, "session agent connected");
-    Ok(session.id)
 }
 
 async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::Sender<Event>) {

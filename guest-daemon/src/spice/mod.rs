@@ -14,6 +14,7 @@
 
 pub mod agents;
 pub mod logind;
+pub mod peer;
 pub mod port;
 pub mod router;
 pub mod tablet;
