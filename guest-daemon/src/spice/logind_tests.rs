@@ -208,6 +208,7 @@ fn start_bus(dir: &std::path::Path) -> Option<(Bus, String)> {
 struct Fake {
     // Field order: the connections close before the bus daemon is killed.
     logind: Logind,
+    client: zbus::Connection,
     server: zbus::Connection,
     active: Arc<Mutex<String>>,
     pids: Arc<Mutex<HashMap<u32, String>>>,
@@ -265,7 +266,8 @@ impl Fake {
             .expect("client connection timed out")
             .unwrap();
         Some(Self {
-            logind: Logind::with_connection(client),
+            logind: Logind::with_connection(client.clone()),
+            client,
             server,
             active,
             pids,
@@ -398,6 +400,31 @@ async fn logind_proxies_against_a_fake_login1() {
     // A user-unit process: no session of its own, its user's display session.
     assert_eq!(logind.session_of_pid(200).await.unwrap(), want);
     assert!(logind.session_of_pid(300).await.is_err());
+    // The fake serves logind's real property names (the follower's decisions below then prove the proxy's).
+    let props = zbus::fdo::PropertiesProxy::builder(&fake.client)
+        .destination("org.freedesktop.login1")
+        .unwrap()
+        .path(session_path("c4"))
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let iface = zbus::names::InterfaceName::try_from("org.freedesktop.login1.Session").unwrap();
+    let all = props.get_all(iface).await.unwrap();
+    let mut names: Vec<&str> = all.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["Class", "Id", "LockedHint", "Remote", "Type", "User"]
+    );
+    assert_eq!(
+        all["Type"],
+        zbus::zvariant::Value::from("x11").try_into().unwrap()
+    );
+    assert_eq!(
+        all["Remote"],
+        zbus::zvariant::Value::from(true).try_into().unwrap()
+    );
 
     // The id follower publishes the served session and its changes (None = none).
     let (tx, mut rx) = watch::channel(Some("stale".to_owned()));

@@ -245,7 +245,15 @@ mod tests {
         };
         let peer = Peer::of(child.stream.as_fd()).unwrap();
         assert_eq!(peer.pid(), child.child.id());
-        assert!(matches!(peer.pinned, Pinned::PeerPidfd(_)), "{peer:?}");
+        // SO_PEERPIDFD from Linux 6.5 on (Debian 12's 6.1 takes the pidfd_open fallback).
+        if matches!(
+            sys::peer_pidfd(child.stream.as_fd()),
+            Err(Errno::ENOPROTOOPT)
+        ) {
+            assert!(matches!(peer.pinned, Pinned::OpenedPidfd(_)), "{peer:?}");
+        } else {
+            assert!(matches!(peer.pinned, Pinned::PeerPidfd(_)), "{peer:?}");
+        }
         peer.ensure_alive().unwrap();
         child.exit_and_reap();
         let err = peer.ensure_alive().unwrap_err().to_string();
