@@ -185,3 +185,33 @@ pub fn pidfd_signal0(pidfd: BorrowedFd<'_>) -> Result<(), Errno> {
     }
     Ok(())
 }
+
+/// Most descriptors one `recvmsg` can return: the kernel's SCM_MAX_FD. A unix stream read never returns the
+/// descriptors of more than one send, so a control buffer this large is never truncated.
+const SCM_MAX_FD: usize = 253;
+
+/// `recvmsg(2)` on a unix stream socket: the bytes read into `buf` and the descriptors passed with them
+/// (SCM_RIGHTS, received O_CLOEXEC), each owned so it is closed when dropped.
+pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>), Errno> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )?;
+    let n = msg.bytes;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for fd in raw {
+                // SAFETY: the kernel just installed `fd` in our descriptor table as part of this recvmsg;
+                // nothing else refers to it, so taking ownership (and closing it on drop) is sound.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((n, fds))
+}

@@ -6,23 +6,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use guestlink_protocol::session::{
-    encode, encode_head, FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION,
-};
+use guestlink_protocol::session::{FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION};
 use guestlink_protocol::vdagent::ClipboardType;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use crate::backend::{BackendEvent, DesktopBackend};
 use crate::files::FileReceiver;
+use crate::outgoing::{self, frame, send_parts, Out};
 
 /// Shortest and longest wait between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
-
-/// How long a full outgoing queue may block before the connection is dropped.
-const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a daemon connection ended.
 enum End {
@@ -39,6 +35,8 @@ pub struct Agent {
     backend: Box<dyn DesktopBackend>,
     events: mpsc::UnboundedReceiver<BackendEvent>,
     files: FileReceiver,
+    /// The connected daemon takes large clipboard answers as memfds (its hello said so).
+    daemon_takes_fds: bool,
 }
 
 fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
@@ -70,67 +68,6 @@ fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
     })
 }
 
-/// The frame of `msg` as the parts to write in order: the head (header and metadata) and, when the message
-/// carries data, its data buffer moved out of it, so a large clipboard answer is never copied into a new frame
-/// buffer and its first bytes go out at once. Empty when the message cannot be encoded.
-fn frame(mut msg: SessionMessage) -> Vec<Vec<u8>> {
-    match encode_head(&msg) {
-        Ok(head) => {
-            let data = take_data(&mut msg);
-            if data.is_empty() {
-                vec![head]
-            } else {
-                vec![head, data]
-            }
-        }
-        Err(e) => {
-            tracing::warn!(kind = msg.kind(), "cannot encode a frame: {e}");
-            // A clipboard answer that does not fit still gets an (empty) answer.
-            if let SessionMessage::ClipboardData { selection, .. } = msg {
-                encode(&SessionMessage::ClipboardData {
-                    selection,
-                    data_type: ClipboardType::None,
-                    data: Vec::new(),
-                })
-                .ok()
-                .into_iter()
-                .collect()
-            } else {
-                Vec::new()
-            }
-        }
-    }
-}
-
-/// Moves the data part out of `msg` (what `encode_head` left out of the head).
-fn take_data(msg: &mut SessionMessage) -> Vec<u8> {
-    match msg {
-        SessionMessage::ClipboardData { data, .. } | SessionMessage::FileXferData { data, .. } => {
-            std::mem::take(data)
-        }
-        _ => Vec::new(),
-    }
-}
-
-/// Queues all parts of a frame for the writer (see [`send`]).
-async fn send_parts(out: &mpsc::Sender<Vec<u8>>, parts: Vec<Vec<u8>>) -> bool {
-    for part in parts {
-        if !send(out, part).await {
-            return false;
-        }
-    }
-    true
-}
-
-/// Queues a frame for the writer; `false` when the writer is gone or the daemon stopped reading for
-/// [`SEND_TIMEOUT`] (the queue stayed full).
-async fn send(out: &mpsc::Sender<Vec<u8>>, frame: Vec<u8>) -> bool {
-    matches!(
-        tokio::time::timeout(SEND_TIMEOUT, out.send(frame)).await,
-        Ok(Ok(()))
-    )
-}
-
 impl Agent {
     /// An agent talking to `socket`.
     pub fn new(
@@ -144,6 +81,7 @@ impl Agent {
             backend,
             events,
             files,
+            daemon_takes_fds: false,
         }
     }
 
@@ -193,20 +131,16 @@ impl Agent {
     }
 
     async fn session(&mut self, stream: UnixStream) -> End {
-        let (mut rd, mut wr) = stream.into_split();
-        let (out, mut out_rx) = mpsc::channel::<Vec<u8>>(64);
-        let mut writer = tokio::spawn(async move {
-            while let Some(buf) = out_rx.recv().await {
-                wr.write_all(&buf).await?;
-            }
-            Ok::<(), std::io::Error>(())
-        });
+        let (mut rd, wr) = stream.into_split();
+        let (out, out_rx) = mpsc::channel::<Out>(64);
+        let mut writer = tokio::spawn(outgoing::write_loop(wr, out_rx));
+        self.daemon_takes_fds = false;
         let hello = SessionMessage::Hello {
             version: SESSION_PROTOCOL_VERSION,
             session_id: std::env::var("XDG_SESSION_ID").unwrap_or_default(),
             capabilities: self.capabilities(),
         };
-        let _ = send_parts(&out, frame(hello)).await;
+        let _ = send_parts(&out, frame(hello, false)).await;
         self.backend.resync();
         let mut decoder = FrameDecoder::new();
         let mut buf = vec![0u8; 256 * 1024];
@@ -222,7 +156,7 @@ impl Agent {
                         match m {
                             Ok(msg) => {
                                 for reply in self.handle(msg) {
-                                    if !send_parts(&out, frame(reply)).await {
+                                    if !send_parts(&out, frame(reply, self.daemon_takes_fds)).await {
                                         break 'conn End::Lost("daemon not reading".into());
                                     }
                                 }
@@ -240,7 +174,7 @@ impl Agent {
                         break End::Fatal(e);
                     }
                     if let Some(msg) = to_message(ev) {
-                        if !send_parts(&out, frame(msg)).await {
+                        if !send_parts(&out, frame(msg, self.daemon_takes_fds)).await {
                             break End::Lost("writer stopped".into());
                         }
                     }
@@ -279,8 +213,9 @@ impl Agent {
             SessionMessage::Hello {
                 version,
                 session_id,
-                ..
+                capabilities,
             } => {
+                self.daemon_takes_fds = outgoing::takes_fds(&capabilities);
                 if version != SESSION_PROTOCOL_VERSION {
                     tracing::warn!(
                         version,

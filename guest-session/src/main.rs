@@ -8,6 +8,7 @@ mod connection;
 mod dirs;
 mod files;
 mod instance;
+mod outgoing;
 
 use std::path::PathBuf;
 

@@ -5,24 +5,42 @@
 //! task (a bounded queue; when it is full the core stops reading the SPICE port until the agent catches up, and
 //! drops an agent that makes no progress for the stall timeout — memory never grows with a slow agent).
 
+use std::collections::VecDeque;
+use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use guestlink_protocol::session::{encode_head, FrameDecoder, SessionError, SessionMessage};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use guestlink_protocol::session::{
+    encode_head, FrameDecoder, FrameEvent, SessionError, SessionMessage,
+};
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use super::logind::Logind;
+use super::passed_fd;
 use super::router::AgentId;
 
 /// Most simultaneously open session-socket connections.
 pub const MAX_CONNECTIONS: usize = 128;
 /// Frames queued towards one agent; when full, the core applies backpressure to the host (see `spice::run`).
 pub const AGENT_QUEUE: usize = 256;
+/// Largest frame body buffered from an agent. Agents send small frames, except clipboard answers: those with a
+/// data part of [`STREAM_MIN`] bytes or more are streamed to the core in pieces of at most [`READ_BUFFER`]
+/// bytes (up to the protocol's 64 MiB cap), so the memory one connection holds stays below a few hundred KiB,
+/// and the events in flight (the core's channel of 256) below 16 MiB in all.
+pub const MAX_AGENT_FRAME: u32 = 64 * 1024;
+/// Clipboard answers with at least this many data bytes are streamed (see [`MAX_AGENT_FRAME`]).
+pub const STREAM_MIN: usize = 32 * 1024;
+/// Read size on an agent connection, and so the largest streamed piece.
+const READ_BUFFER: usize = 64 * 1024;
+/// Most passed memfds waiting for their frame; an agent passing more is disconnected.
+const MAX_PENDING_FDS: usize = 4;
 
 /// What the connection tasks tell the core.
 #[derive(Debug)]
@@ -38,6 +56,15 @@ pub enum Event {
     },
     /// A frame from an agent.
     Message(AgentId, SessionMessage),
+    /// An agent starts a streamed frame (a large clipboard answer): `message` without its data, then `len` data
+    /// bytes as [`Event::StreamData`] and an [`Event::StreamEnd`].
+    StreamBegin(AgentId, SessionMessage, usize),
+    /// The next piece of the agent's streamed data.
+    StreamData(AgentId, Vec<u8>),
+    /// The agent's streamed data is complete.
+    StreamEnd(AgentId),
+    /// A clipboard answer whose `usize` data bytes are in a checked, sealed memfd (see [`super::passed_fd`]).
+    MessageFile(AgentId, Selection, ClipboardType, File, usize),
     /// The agent's connection ended.
     Gone(AgentId),
 }
@@ -98,7 +125,7 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
 }
 
 async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::Sender<Event>) {
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<SessionMessage>(AGENT_QUEUE);
     if events
         .send(Event::Connected { id, session, tx })
@@ -122,17 +149,45 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
             }
         }
     });
-    let mut decoder = FrameDecoder::new();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut decoder = FrameDecoder::with_max_body(MAX_AGENT_FRAME).streaming(STREAM_MIN);
+    let mut buf = vec![0u8; READ_BUFFER];
+    // Sealed memfds passed with the frames not decoded yet (see `passed_fd`).
+    let mut fds: VecDeque<OwnedFd> = VecDeque::new();
     'read: loop {
-        let n = match rd.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = match passed_fd::read(&rd, &mut buf).await {
+            Ok((0, _)) | Err(_) => break,
+            Ok((n, passed)) => {
+                let (ok, bad): (Vec<_>, Vec<_>) =
+                    passed.into_iter().partition(passed_fd::is_sealed_memfd);
+                fds.extend(ok);
+                if !bad.is_empty() || fds.len() > MAX_PENDING_FDS {
+                    tracing::warn!(
+                        agent = id,
+                        "the agent passed descriptors that are not sealed memfds, or too many: disconnecting"
+                    );
+                    passed_fd::close_in_background(bad);
+                    break;
+                }
+                n
+            }
         };
-        for r in decoder.feed(&buf[..n]) {
+        for r in decoder.feed_events(&buf[..n]) {
             match r {
-                Ok(msg) => {
-                    if events.send(Event::Message(id, msg)).await.is_err() {
+                Ok(ev) => {
+                    let ev = match ev {
+                        FrameEvent::Message(SessionMessage::ClipboardDataFd {
+                            selection,
+                            data_type,
+                            len,
+                        }) => clipboard_fd_event(id, fds.pop_front(), selection, data_type, len),
+                        FrameEvent::Message(msg) => Event::Message(id, msg),
+                        FrameEvent::DataBegin { message, len } => {
+                            Event::StreamBegin(id, message, len)
+                        }
+                        FrameEvent::Data(piece) => Event::StreamData(id, piece),
+                        FrameEvent::DataEnd => Event::StreamEnd(id),
+                    };
+                    if events.send(ev).await.is_err() {
                         break 'read;
                     }
                 }
@@ -149,4 +204,34 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
     }
     writer.abort();
     let _ = events.send(Event::Gone(id)).await;
+}
+
+/// The event for a [`SessionMessage::ClipboardDataFd`]: the checked memfd, or — without a usable one — an
+/// empty answer, so the host's request is still answered.
+fn clipboard_fd_event(
+    id: AgentId,
+    fd: Option<OwnedFd>,
+    selection: Selection,
+    data_type: ClipboardType,
+    len: u64,
+) -> Event {
+    let checked = fd
+        .ok_or("no memfd came with it")
+        .and_then(|fd| passed_fd::clipboard_file(fd, len));
+    match (checked, usize::try_from(len)) {
+        (Ok(file), Ok(len)) => Event::MessageFile(id, selection, data_type, file, len),
+        (Err(why), _) => {
+            tracing::warn!(agent = id, "clipboard answer refused: {why}");
+            Event::Message(id, empty_clipboard(selection))
+        }
+        (_, Err(_)) => Event::Message(id, empty_clipboard(selection)),
+    }
+}
+
+fn empty_clipboard(selection: Selection) -> SessionMessage {
+    SessionMessage::ClipboardData {
+        selection,
+        data_type: ClipboardType::None,
+        data: Vec::new(),
+    }
 }

@@ -11,15 +11,23 @@
 //! until the agent drains its queue — the host then blocks on its end (SPICE flow control through QEMU's
 //! chardev). Agent events keep being served meanwhile. An agent that makes no progress for the stall timeout
 //! ([`DEFAULT_AGENT_STALL`], env `GUESTLINKD_SPICE_AGENT_STALL_MS`) is dropped.
+//!
+//! Streaming: a large clipboard answer from the active agent is not collected first. The router answers its
+//! start with [`Action::PortStream`]; the core writes the vdagent head at once and passes each piece on to the
+//! port as it arrives from the agent, holding other port writes (and not reading the port) until the last byte
+//! is through. An agent that leaves or stalls mid-answer gets the port closed and reopened, so the host never
+//! sees a message cut short followed by another.
 
 pub mod agents;
 pub mod logind;
+pub mod passed_fd;
 pub mod peer;
 pub mod port;
 pub mod router;
 pub mod tablet;
 
 use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,6 +56,9 @@ pub const AGENT_STALL_ENV: &str = "GUESTLINKD_SPICE_AGENT_STALL_MS";
 /// exists, so only the frames of one port read and those caused by agent events end up here; above this the
 /// agent is dropped to keep memory bounded.
 const MAX_BACKLOG: usize = 1024;
+/// Most port writes held behind a streaming clipboard answer. Few ever wait there (the port is not read
+/// meanwhile); above this the port is reset to keep memory bounded.
+const MAX_HELD: usize = 1024;
 
 /// The SPICE options from the command line.
 #[derive(Debug, Clone)]
@@ -74,6 +85,21 @@ struct Core {
     /// See [`DEFAULT_AGENT_STALL`].
     stall: Duration,
     reopen_at: Option<tokio::time::Instant>,
+    /// The agent data being passed on to the port, if any (see the module doc).
+    port_stream: Option<PortStream>,
+    /// Port writes waiting for the end of `port_stream`.
+    held: VecDeque<Vec<u8>>,
+    /// The memfd of the clipboard answer being routed (see [`Event::MessageFile`]).
+    pending_file: Option<(AgentId, File)>,
+}
+
+/// A clipboard answer being streamed from an agent to the port.
+struct PortStream {
+    agent: AgentId,
+    /// Data bytes still to come.
+    left: usize,
+    /// When the stream counts as stalled (no piece for the stall timeout).
+    deadline: Instant,
 }
 
 /// Frames waiting for room in one agent's queue.
@@ -169,6 +195,9 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         backlog: HashMap::new(),
         stall: stall_timeout(),
         reopen_at: None,
+        port_stream: None,
+        held: VecDeque::new(),
+        pending_file: None,
     };
     let initial = active_rx.borrow_and_update().clone();
     let acts = core.router.set_active_session(initial);
@@ -176,7 +205,9 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let stalled = core.stall_wait();
-        let paused = stalled.is_some();
+        // Also not read while a stream holds the port: replies would only queue up behind it.
+        let paused = stalled.is_some() || core.port_stream.is_some();
+        let stream_deadline = core.port_stream.as_ref().map(|s| s.deadline);
         tokio::select! {
             // Not read while an agent's queue is full: the host blocks instead of us buffering.
             r = read_port(core.port.as_mut(), &mut buf), if !paused => match r {
@@ -197,6 +228,7 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
             }
             (id, room) = wait_room(stalled) => core.refill(id, room).await,
             _ = sleep_until(core.reopen_at) => core.reopen_at = None,
+            _ = sleep_until(stream_deadline) => core.stream_stalled().await,
         }
         core.reconcile().await;
     }
@@ -252,6 +284,7 @@ impl Core {
     /// Forgets agent `id` (its writer stops when the queue sender is dropped) and applies the consequences.
     async fn drop_agent(&mut self, id: AgentId) {
         self.backlog.remove(&id);
+        Box::pin(self.stream_source_gone(id)).await;
         if self.agents.remove(&id).is_some() {
             let more = self.router.agent_gone(id);
             Box::pin(self.apply(more)).await;
@@ -288,6 +321,7 @@ impl Core {
 
     async fn close_port(&mut self) {
         if self.port.take().is_some() {
+            self.forget_port_writes();
             self.reasm.reset();
             let acts = self.router.port_closed();
             self.apply(acts).await;
@@ -340,8 +374,32 @@ impl Core {
                     self.apply(acts).await;
                 }
             }
+            Event::StreamBegin(id, msg, len) => {
+                if self.agents.contains_key(&id) {
+                    let acts = self.router.on_agent_stream(id, msg, len);
+                    self.apply(acts).await;
+                }
+            }
+            Event::MessageFile(id, selection, data_type, file, len) => {
+                if self.agents.contains_key(&id) {
+                    // Routed like a streamed answer; `start_stream` then copies the file instead of waiting for
+                    // pieces.
+                    self.pending_file = Some((id, file));
+                    let msg = SessionMessage::ClipboardData {
+                        selection,
+                        data_type,
+                        data: Vec::new(),
+                    };
+                    let acts = self.router.on_agent_stream(id, msg, len);
+                    self.apply(acts).await;
+                    self.pending_file = None;
+                }
+            }
+            Event::StreamData(id, piece) => self.stream_piece(id, &piece).await,
+            Event::StreamEnd(id) => self.stream_end(id).await,
             Event::Gone(id) => {
                 self.backlog.remove(&id);
+                self.stream_source_gone(id).await;
                 if self.agents.remove(&id).is_some() {
                     tracing::info!(agent = id, "session agent disconnected");
                     let acts = self.router.agent_gone(id);
@@ -365,10 +423,32 @@ impl Core {
         let written = tokio::time::timeout(WRITE_TIMEOUT, write)
             .await
             .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
+        self.port_written(written).await;
+    }
+
+    /// Writes `head`, then the first `len` bytes of `file` to the port (if open), like [`Core::write_port`]; the
+    /// timeout applies to each piece, so a large answer to a slow host is not cut short.
+    async fn write_port_file(&mut self, head: &[u8], file: &File, len: usize) {
+        let Some(p) = self.port.as_mut() else {
+            return;
+        };
+        let written = async {
+            tokio::time::timeout(WRITE_TIMEOUT, p.write_all(head))
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))?;
+            p.write_file(file, len, WRITE_TIMEOUT).await
+        }
+        .await;
+        self.port_written(written).await;
+    }
+
+    /// After a port write: a failure closes the port (it is reopened later).
+    async fn port_written(&mut self, written: std::io::Result<()>) {
         if let Err(e) = written {
             // Finish this batch without the port; the read side notices and reopens.
             tracing::warn!("SPICE port write: {e}");
             self.port = None;
+            self.forget_port_writes();
             self.reasm.reset();
             let more = self.router.port_closed();
             self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
@@ -376,11 +456,119 @@ impl Core {
         }
     }
 
+    /// Starts passing `agent`'s streamed data to the port behind `head` (see [`Action::PortStream`]).
+    async fn start_stream(&mut self, agent: AgentId, head: Vec<u8>, len: usize) {
+        if let Some(s) = &self.port_stream {
+            // Only after a session switch in the middle of the previous agent's answer; this one is dropped.
+            tracing::warn!(
+                agent,
+                busy = s.agent,
+                "a clipboard answer while another one is streaming: dropped"
+            );
+            return;
+        }
+        if self.port.is_none() {
+            return;
+        }
+        if let Some((_, file)) = self.pending_file.take_if(|(a, _)| *a == agent) {
+            return self.write_port_file(&head, &file, len).await;
+        }
+        self.write_port(&[&head]).await;
+        if self.port.is_some() && len > 0 {
+            self.port_stream = Some(PortStream {
+                agent,
+                left: len,
+                deadline: Instant::now() + self.stall,
+            });
+        }
+    }
+
+    /// A piece of `agent`'s streamed data: to the port if that is where its stream goes, else dropped.
+    async fn stream_piece(&mut self, agent: AgentId, piece: &[u8]) {
+        let Some(s) = self.port_stream.as_mut().filter(|s| s.agent == agent) else {
+            return;
+        };
+        // The decoder never gives more than announced; checked anyway, as the wire depends on it.
+        let Some(left) = s.left.checked_sub(piece.len()) else {
+            return self
+                .port_failed("a streamed clipboard answer ran over its length")
+                .await;
+        };
+        s.left = left;
+        s.deadline = Instant::now() + self.stall;
+        self.write_port(&[piece]).await;
+    }
+
+    /// The end of `agent`'s streamed data: the port is free again; the writes held meanwhile go out.
+    async fn stream_end(&mut self, agent: AgentId) {
+        match &self.port_stream {
+            Some(s) if s.agent == agent && s.left > 0 => {
+                self.port_failed("a streamed clipboard answer ended early")
+                    .await;
+            }
+            Some(s) if s.agent == agent => {
+                self.port_stream = None;
+                while let Some(bytes) = self.held.pop_front() {
+                    self.write_port(&[&bytes]).await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Agent `id` is going away: if its answer was streaming to the port, the message is cut short, so the port
+    /// is closed and reopened (the host then discards the partial message).
+    async fn stream_source_gone(&mut self, id: AgentId) {
+        if self.port_stream.as_ref().is_some_and(|s| s.agent == id) {
+            self.port_failed("the session agent left in the middle of a clipboard answer")
+                .await;
+        }
+    }
+
+    /// No piece of the streaming answer for the stall timeout: the agent is dropped (and the port reset).
+    async fn stream_stalled(&mut self) {
+        if let Some(agent) = self.port_stream.as_ref().map(|s| s.agent) {
+            let stall = self.stall;
+            tracing::warn!(
+                agent,
+                ?stall,
+                "session agent stalled in the middle of a clipboard answer: disconnecting it"
+            );
+            self.drop_agent(agent).await;
+        }
+    }
+
+    /// Queues a port write behind the streaming answer; far too many (a flood while it streams) resets the port.
+    async fn hold(&mut self, bytes: Vec<u8>) {
+        if self.held.len() >= MAX_HELD {
+            // Boxed: port_failed applies the router's actions, which may hold writes again.
+            return Box::pin(
+                self.port_failed("too many port writes waiting behind a clipboard answer"),
+            )
+            .await;
+        }
+        self.held.push_back(bytes);
+    }
+
+    /// The port is gone: a streaming answer and the writes held behind it are dropped.
+    fn forget_port_writes(&mut self) {
+        self.port_stream = None;
+        self.held.clear();
+    }
+
     async fn apply(&mut self, actions: Vec<Action>) {
         for a in actions {
             match a {
+                Action::Port(bytes) if self.port_stream.is_some() => self.hold(bytes).await,
+                Action::PortData { head, data } if self.port_stream.is_some() => {
+                    self.hold(head).await;
+                    self.hold(data).await;
+                }
                 Action::Port(bytes) => self.write_port(&[&bytes]).await,
                 Action::PortData { head, data } => self.write_port(&[&head, &data]).await,
+                Action::PortStream { agent, head, len } => {
+                    self.start_stream(agent, head, len).await;
+                }
                 Action::Agent(id, msg) => {
                     let Some(tx) = self.agents.get(&id) else {
                         continue;

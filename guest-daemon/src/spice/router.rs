@@ -16,7 +16,7 @@ use guestlink_protocol::vdagent::file_xfer::{
     ERROR_TYPE_GLIB_IO, G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
 };
 use guestlink_protocol::vdagent::{
-    encode_message, encode_single_parts, validate_file_name, Capabilities, Capability, ChunkMode,
+    encode_message, encode_single_head, validate_file_name, Capabilities, Capability, ChunkMode,
     ClipboardType, FileXferDetail, FileXferResult, FileXferStatus, GrabSerials, GraphicsDeviceInfo,
     Message, MessageType, MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection,
     SerialRule, WireFormat,
@@ -40,6 +40,16 @@ pub enum Action {
         head: Vec<u8>,
         /// The rest of the payload.
         data: Vec<u8>,
+    },
+    /// Write `head`, then pass the `len` data bytes that `agent` is streaming (a large guest clipboard) on to the
+    /// port as they arrive; nothing else is written to the port in between.
+    PortStream {
+        /// The streaming agent.
+        agent: AgentId,
+        /// Chunk header, message header and the payload's fixed fields, counting the `len` bytes that follow.
+        head: Vec<u8>,
+        /// Data bytes that follow.
+        len: usize,
     },
     /// Send a frame to an agent.
     Agent(AgentId, SessionMessage),
@@ -294,7 +304,7 @@ impl Router {
             SessionMessage::Hello {
                 version: guestlink_protocol::session::SESSION_PROTOCOL_VERSION,
                 session_id: session.clone(),
-                capabilities: Vec::new(),
+                capabilities: vec![guestlink_protocol::session::CAP_CLIPBOARD_FD.to_owned()],
             },
         )];
         self.agents.insert(
@@ -406,22 +416,13 @@ impl Router {
                 data_type,
                 data,
             } => {
-                let too_big = self
-                    .max_clipboard
-                    .is_some_and(|m| m >= 0 && data.len() > m as usize);
-                let data = if too_big { Vec::new() } else { data };
-                let msg = Message::Clipboard {
-                    selection,
-                    data_type,
-                    data,
+                let data = if self.clipboard_too_big(data.len()) {
+                    Vec::new()
+                } else {
+                    data
                 };
-                match encode_single_parts(Port::Client, &msg, self.wire) {
-                    Ok((head, _)) => {
-                        if let Message::Clipboard { data, .. } = msg {
-                            out.push(Action::PortData { head, data });
-                        }
-                    }
-                    Err(e) => tracing::warn!("cannot encode CLIPBOARD: {e}"),
+                if let Some(head) = self.clipboard_head(selection, data_type, data.len()) {
+                    out.push(Action::PortData { head, data });
                 }
             }
             SessionMessage::ClipboardRelease { selection } => {
@@ -474,6 +475,67 @@ impl Router {
 
     fn client_has(&self, cap: Capability) -> bool {
         self.client.as_ref().is_some_and(|c| c.has(cap))
+    }
+
+    /// The start of a clipboard answer that agent `id` streams (a large one): `len` data bytes follow. When it
+    /// goes to the client this returns [`Action::PortStream`], and the core passes those bytes on to the port as
+    /// they arrive; otherwise the core drops them. Same rules as a whole [`SessionMessage::ClipboardData`].
+    pub fn on_agent_stream(&mut self, id: AgentId, msg: SessionMessage, len: usize) -> Vec<Action> {
+        let mut out = Vec::new();
+        let SessionMessage::ClipboardData {
+            selection,
+            data_type,
+            ..
+        } = msg
+        else {
+            tracing::debug!(
+                agent = id,
+                kind = msg.kind(),
+                "dropping a streamed frame that is not clipboard data"
+            );
+            return out;
+        };
+        if self.active_agent() != Some(id) || !self.port_open {
+            tracing::debug!(
+                agent = id,
+                "dropping a clipboard answer from an agent that is not active"
+            );
+        } else if self.clipboard_too_big(len) {
+            out.extend(
+                self.clipboard_head(selection, data_type, 0)
+                    .map(Action::Port),
+            );
+        } else if let Some(head) = self.clipboard_head(selection, data_type, len) {
+            out.push(Action::PortStream {
+                agent: id,
+                head,
+                len,
+            });
+        }
+        out
+    }
+
+    /// Whether a guest clipboard of `len` bytes exceeds the client's MAX_CLIPBOARD (it then gets an empty one).
+    fn clipboard_too_big(&self, len: usize) -> bool {
+        self.max_clipboard
+            .is_some_and(|m| m >= 0 && len > m as usize)
+    }
+
+    /// The head of a CLIPBOARD message to the client whose `len` data bytes follow it.
+    fn clipboard_head(
+        &self,
+        selection: Selection,
+        data_type: ClipboardType,
+        len: usize,
+    ) -> Option<Vec<u8>> {
+        let msg = Message::Clipboard {
+            selection,
+            data_type,
+            data: Vec::new(),
+        };
+        encode_single_head(Port::Client, &msg, len, self.wire)
+            .map_err(|e| tracing::warn!("cannot encode CLIPBOARD: {e}"))
+            .ok()
     }
 
     /// A whole message from the port.

@@ -170,6 +170,18 @@ pub enum SessionMessage {
         /// Per-channel volumes.
         volumes: Vec<u16>,
     },
+    /// Session → daemon: a clipboard answer whose `len` data bytes are in a sealed memfd passed with this frame
+    /// (SCM_RIGHTS on the unix socket), so the daemon can hand them to the port without copying them through
+    /// its own memory. Sent only to a daemon whose hello lists [`CAP_CLIPBOARD_FD`]; answered like
+    /// [`SessionMessage::ClipboardData`].
+    ClipboardDataFd {
+        /// Selection.
+        selection: Selection,
+        /// Data type.
+        data_type: ClipboardType,
+        /// Size of the memfd's content.
+        len: u64,
+    },
     /// Either way: a request failed or was refused.
     Error {
         /// Short machine-readable code, e.g. "not-active".
@@ -180,7 +192,10 @@ pub enum SessionMessage {
 }
 
 /// The highest frame kind this version knows (kinds are 1..=`MAX_KIND`).
-pub const MAX_KIND: u16 = 18;
+pub const MAX_KIND: u16 = 19;
+
+/// Hello capability of a daemon that accepts [`SessionMessage::ClipboardDataFd`].
+pub const CAP_CLIPBOARD_FD: &str = "clipboard-fd";
 
 impl SessionMessage {
     /// The frame kind (u16) of this message.
@@ -204,6 +219,7 @@ impl SessionMessage {
             Self::GraphicsDeviceInfo { .. } => 16,
             Self::AudioVolumeSync { .. } => 17,
             Self::Error { .. } => 18,
+            Self::ClipboardDataFd { .. } => 19,
         }
     }
 

@@ -22,6 +22,6 @@ pub use frame::{
     MAX_FRAME_BODY,
 };
 pub use message::{
-    GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, MAX_KIND,
-    SESSION_PROTOCOL_VERSION,
+    GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, CAP_CLIPBOARD_FD,
+    MAX_KIND, SESSION_PROTOCOL_VERSION,
 };
