@@ -378,6 +378,7 @@ impl Logind {
         }
     }
 
+    #[cfg(test)]
     /// Publishes the id of the session guestlink serves (see [`Self::follow_active_info`]) into `tx` until every
     /// receiver is gone.
     pub async fn follow_active(self, tx: watch::Sender<Option<String>>) {

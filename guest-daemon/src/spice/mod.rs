@@ -154,15 +154,17 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         Some(logind::Logind::connect().await?)
     };
     let listener = agents::bind(&opts.session_socket)?;
-    let (active_tx, mut active_rx) = watch::channel(if opts.no_logind {
-        Some(String::new())
-    } else {
-        None
-    });
+    // Without logind the one agent's "session" ("") is always active, unlocked, with file transfer.
+    let (active_tx, mut active_rx) =
+        watch::channel(opts.no_logind.then(|| logind::ActiveSession {
+            id: String::new(),
+            locked: false,
+            file_xfer_allowed: true,
+        }));
     // Without logind the sender is kept here: the active "session" ("") never changes.
     let _fixed_active = match logind.clone() {
         Some(l) => {
-            tokio::spawn(l.follow_active(active_tx));
+            tokio::spawn(l.follow_active_info(active_tx));
             None
         }
         None => Some(active_tx),
@@ -200,7 +202,7 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         pending_file: None,
     };
     let initial = active_rx.borrow_and_update().clone();
-    let acts = core.router.set_active_session(initial);
+    let acts = core.set_active(initial);
     core.apply(acts).await;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -222,7 +224,7 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
             r = active_rx.changed() => {
                 if r.is_ok() {
                     let s = active_rx.borrow_and_update().clone();
-                    let acts = core.router.set_active_session(s);
+                    let acts = core.set_active(s);
                     core.apply(acts).await;
                 }
             }
@@ -235,6 +237,16 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
 }
 
 impl Core {
+    /// The router's view of logind's active session.
+    fn set_active(&mut self, s: Option<logind::ActiveSession>) -> Vec<Action> {
+        match s {
+            Some(a) => self
+                .router
+                .set_active(Some(a.id), a.locked, a.file_xfer_allowed),
+            None => self.router.set_active(None, false, true),
+        }
+    }
+
     /// The stalled agent to wait for (the one stalled longest), if any.
     fn stall_wait(&self) -> StallWait {
         let (id, b) = self.backlog.iter().min_by_key(|(_, b)| b.progress)?;

@@ -7,19 +7,18 @@
 //! file-transfer ids are created by a client START only, bound to the agent active at START, capped at
 //! [`MAX_TRANSFERS`], and dropped on client disconnect (CVE-2020-25650/25651).
 
+mod xfer;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use guestlink_protocol::session::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor,
 };
-use guestlink_protocol::vdagent::file_xfer::{
-    ERROR_TYPE_GLIB_IO, G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
-};
+use guestlink_protocol::vdagent::file_xfer::ERROR_TYPE_GLIB_IO;
 use guestlink_protocol::vdagent::{
-    encode_message, encode_single_head, validate_file_name, Capabilities, Capability, ChunkMode,
-    ClipboardType, FileXferDetail, FileXferResult, FileXferStatus, GrabSerials, GraphicsDeviceInfo,
-    Message, MessageType, MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection,
-    SerialRule, WireFormat,
+    encode_message, encode_single_head, Capabilities, Capability, ChunkMode, ClipboardType,
+    FileXferDetail, FileXferResult, GrabSerials, GraphicsDeviceInfo, Message, MessageType,
+    MonitorsConfig, MouseState, Port, RawMessage, ReplyResult, Selection, SerialRule, WireFormat,
 };
 
 /// Identifies one connected session agent.
@@ -104,6 +103,10 @@ pub struct Router {
     max_clipboard: Option<i32>,
     xfers: BTreeMap<u32, AgentId>,
     guest_owned: BTreeSet<u8>,
+    /// The active session is locked (see [`Router::set_session_state`]).
+    session_locked: bool,
+    /// File transfer is allowed in the active session.
+    file_xfer_allowed: bool,
 }
 
 impl Default for Router {
@@ -136,6 +139,8 @@ impl Router {
             max_clipboard: None,
             xfers: BTreeMap::new(),
             guest_owned: BTreeSet::new(),
+            session_locked: false,
+            file_xfer_allowed: true,
         }
     }
 
@@ -173,38 +178,6 @@ impl Router {
                 true
             }
             None => false,
-        }
-    }
-
-    fn status(
-        &self,
-        out: &mut Vec<Action>,
-        id: u32,
-        result: FileXferResult,
-        detail: FileXferDetail,
-    ) {
-        let detailed = self
-            .client
-            .as_ref()
-            .is_some_and(|c| c.has(Capability::FileXferDetailedErrors));
-        let st = if detailed {
-            FileXferStatus { id, result, detail }
-        } else {
-            FileXferStatus {
-                id,
-                result: result.downgrade(),
-                detail: FileXferDetail::None,
-            }
-        };
-        self.send(out, Port::Client, &Message::FileXferStatus(st));
-    }
-
-    /// Cancels every transfer (client gone or new client): the owning agents drop their partial files.
-    fn drop_transfers(&mut self, out: &mut Vec<Action>) {
-        for (id, agent) in std::mem::take(&mut self.xfers) {
-            if self.agents.contains_key(&agent) {
-                out.push(Action::Agent(agent, SessionMessage::FileXferCancel { id }));
-            }
         }
     }
 
@@ -258,6 +231,9 @@ impl Router {
         if let Some(g) = self.agents.get(&id).and_then(|a| a.geometry.clone()) {
             out.push(Action::Tablet(g));
         }
+        if !self.file_xfer_allowed {
+            out.push(Action::Agent(id, SessionMessage::FileXferDisable));
+        }
     }
 
     /// Releases the guest-owned selections towards the client (the owner left or is no longer active).
@@ -272,10 +248,30 @@ impl Router {
         }
     }
 
-    /// Sets the active session ("" in no-logind mode).
+    #[cfg(test)]
+    /// Sets the active session ("" in no-logind mode), as an unlocked session that allows file transfer.
     pub fn set_active_session(&mut self, session: Option<String>) -> Vec<Action> {
+        self.set_active(session, false, true)
+    }
+
+    /// Sets the active session and its state from logind: while `locked`, a client START is answered
+    /// SESSION_LOCKED (like spice-vdagentd); without `file_xfer_allowed` (a greeter) it is answered DISABLED and
+    /// the session's agent gets FILE_XFER_DISABLE.
+    pub fn set_active(
+        &mut self,
+        session: Option<String>,
+        locked: bool,
+        file_xfer_allowed: bool,
+    ) -> Vec<Action> {
         let mut out = Vec::new();
+        let was_allowed = std::mem::replace(&mut self.file_xfer_allowed, file_xfer_allowed);
+        self.session_locked = locked;
         if session == self.active_session {
+            if was_allowed && !file_xfer_allowed {
+                if let Some(id) = self.active_agent() {
+                    out.push(Action::Agent(id, SessionMessage::FileXferDisable));
+                }
+            }
             return out;
         }
         let before = self.active_agent();
@@ -710,78 +706,6 @@ impl Router {
             i64::from(m.y) + i64::from(mon.y),
             m.buttons,
         ));
-    }
-
-    fn xfer_start(
-        &mut self,
-        out: &mut Vec<Action>,
-        start: guestlink_protocol::vdagent::FileXferStart,
-    ) {
-        let id = start.id;
-        if self.xfers.contains_key(&id) {
-            // Duplicate id: refused, the running transfer is left alone.
-            let detail = FileXferDetail::None;
-            self.status(out, id, FileXferResult::Error, detail);
-            return;
-        }
-        if self.xfers.len() >= MAX_TRANSFERS {
-            let detail = FileXferDetail::Error {
-                error_type: ERROR_TYPE_GLIB_IO,
-                error_code: G_IO_ERROR_TOO_MANY_OPEN_FILES,
-            };
-            self.status(out, id, FileXferResult::Error, detail);
-            return;
-        }
-        let Some(agent) = self.active_agent() else {
-            self.status(
-                out,
-                id,
-                FileXferResult::VdagentNotConnected,
-                FileXferDetail::None,
-            );
-            return;
-        };
-        if let Err(e) = validate_file_name(&start.name) {
-            tracing::warn!(name = ?start.name, "file transfer refused: {e}");
-            let detail = FileXferDetail::Error {
-                error_type: ERROR_TYPE_GLIB_IO,
-                error_code: G_IO_ERROR_INVALID_FILENAME,
-            };
-            self.status(out, id, FileXferResult::Error, detail);
-            return;
-        }
-        self.xfers.insert(id, agent);
-        out.push(Action::Agent(
-            agent,
-            SessionMessage::FileXferStart {
-                id,
-                name: start.name,
-                size: start.size,
-            },
-        ));
-    }
-
-    /// A message that failed to decode: a START or DATA with a readable id still gets its transfer failed.
-    fn invalid_message(&mut self, out: &mut Vec<Action>, raw: &RawMessage) {
-        let id = raw
-            .payload
-            .first_chunk::<4>()
-            .map(|b| u32::from_le_bytes(*b));
-        let (Some(id), Some(t)) = (id, MessageType::from_u32(raw.header.msg_type)) else {
-            return;
-        };
-        match t {
-            MessageType::FileXferStart if !self.xfers.contains_key(&id) => {
-                self.status(out, id, FileXferResult::Error, FileXferDetail::None);
-            }
-            MessageType::FileXferData => {
-                if let Some(agent) = self.xfers.remove(&id) {
-                    out.push(Action::Agent(agent, SessionMessage::FileXferCancel { id }));
-                    self.status(out, id, FileXferResult::Error, FileXferDetail::None);
-                }
-            }
-            _ => {}
-        }
     }
 }
 

@@ -2,8 +2,8 @@
 
 use guestlink_protocol::session::{GeometryMonitor, SessionMessage};
 use guestlink_protocol::vdagent::{
-    encode_message, Capabilities, ChunkMode, ClipboardType, FileXferStart, Message, Port,
-    Reassembler, ReassemblerConfig, Selection, WireFormat,
+    encode_message, Capabilities, ChunkMode, ClipboardType, FileXferResult, FileXferStart, Message,
+    Port, Reassembler, ReassemblerConfig, Selection, WireFormat,
 };
 
 use super::router::{our_caps, Action, Router};
@@ -172,4 +172,116 @@ fn inactive_agents_see_nothing_and_transfers_stay_bound() {
     assert!(acts
         .iter()
         .all(|a| !matches!(a, Action::Port(_) | Action::PortData { .. })));
+}
+
+fn start(id: u32, name: &str) -> Message {
+    Message::FileXferStart(FileXferStart {
+        id,
+        name: name.into(),
+        size: 10,
+        file_xfer_nr: None,
+        file_xfer_total: None,
+    })
+}
+
+fn start_result(acts: &[Action], wire: WireFormat) -> Option<FileXferResult> {
+    port_msgs(acts, wire).into_iter().find_map(|m| match m {
+        Message::FileXferStatus(st) => Some(st.result),
+        _ => None,
+    })
+}
+
+#[test]
+fn locked_and_greeter_sessions_refuse_transfers_like_vdagentd() {
+    let (mut r, wire) = ready();
+    // Locked: START answered SESSION_LOCKED; nothing reaches the agent.
+    r.set_active(Some("s1".into()), true, true);
+    let acts = r.on_port(Port::Client, &raw(&start(1, "a.txt"), wire));
+    assert_eq!(
+        start_result(&acts, wire),
+        Some(FileXferResult::SessionLocked)
+    );
+    assert!(!acts.iter().any(|a| matches!(a, Action::Agent(..))));
+    // Unlocked: the transfer goes to the agent.
+    r.set_active(Some("s1".into()), false, true);
+    let acts = r.on_port(Port::Client, &raw(&start(2, "b.txt"), wire));
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::Agent(1, SessionMessage::FileXferStart { id: 2, .. })
+    )));
+    // The same session losing file transfer: its agent is told, and STARTs are answered DISABLED.
+    let acts = r.set_active(Some("s1".into()), false, false);
+    assert!(acts
+        .iter()
+        .any(|a| matches!(a, Action::Agent(1, SessionMessage::FileXferDisable))));
+    let acts = r.on_port(Port::Client, &raw(&start(3, "c.txt"), wire));
+    assert_eq!(start_result(&acts, wire), Some(FileXferResult::Disabled));
+}
+
+#[test]
+fn a_greeter_agent_is_disabled_when_it_becomes_active_and_a_user_agent_is_not() {
+    let mut r = Router::new();
+    r.agent_connected(1, "greeter".into()).unwrap();
+    r.on_agent(1, geometry());
+    r.agent_connected(2, "user".into()).unwrap();
+    r.on_agent(2, geometry());
+    let acts = r.set_active(Some("greeter".into()), false, false);
+    assert!(acts
+        .iter()
+        .any(|a| matches!(a, Action::Agent(1, SessionMessage::FileXferDisable))));
+    // VT switch to the user's session: its agent is activated without FILE_XFER_DISABLE.
+    let acts = r.set_active(Some("user".into()), false, true);
+    assert_eq!(r.active_agent(), Some(2));
+    assert!(!acts
+        .iter()
+        .any(|a| matches!(a, Action::Agent(_, SessionMessage::FileXferDisable))));
+}
+
+#[test]
+fn streamed_clipboard_answers_go_to_the_port_only_from_the_active_agent() {
+    let (mut r, wire) = ready();
+    r.agent_connected(2, "s2".into()).unwrap();
+    let answer = |_: usize| SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: Vec::new(),
+    };
+    let acts = r.on_agent_stream(1, answer(0), 100_000);
+    let [Action::PortStream {
+        agent: 1,
+        head,
+        len: 100_000,
+    }] = &acts[..]
+    else {
+        panic!("{acts:?}");
+    };
+    // The head followed by the data is the whole CLIPBOARD message.
+    let data = vec![7u8; 100_000];
+    let mut reasm = Reassembler::new(ReassemblerConfig::host_side());
+    let got: Vec<_> = reasm
+        .feed(&[head.as_slice(), &data].concat())
+        .into_iter()
+        .map(|e| e.unwrap().1.decode(wire).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        vec![Message::Clipboard {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+            data
+        }]
+    );
+    // Not the active agent: dropped.
+    assert!(r.on_agent_stream(2, answer(0), 100_000).is_empty());
+    // Over the client's MAX_CLIPBOARD: an empty answer instead, and no stream.
+    r.on_port(
+        Port::Client,
+        &raw(&Message::MaxClipboard { max: 1000 }, wire),
+    );
+    let acts = r.on_agent_stream(1, answer(0), 100_000);
+    assert!(!acts.iter().any(|a| matches!(a, Action::PortStream { .. })));
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::Clipboard { data, .. }] if data.is_empty()
+    ));
 }
