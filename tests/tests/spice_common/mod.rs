@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use guestlink_tests::agent::peers_required;
 
+pub mod daemon_peers;
+
 /// Generous bound for anything on a loaded 2-core machine.
 /// Generous: CI machines have 2 cores and run other tests alongside.
 pub const TIMEOUT: Duration = Duration::from_secs(60);

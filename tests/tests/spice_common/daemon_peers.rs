@@ -1,0 +1,365 @@
+//! The peers of a black-box guestlinkd SPICE test: the daemon process, the host end of the port (a unix socket
+//! standing in for `com.redhat.spice.0`, played like spice-server/spice-gtk) and a minimal session agent
+//! speaking `protocol::session`. Shared by `spice_daemon.rs` and `spice_daemon_streaming.rs`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use guestlink_protocol::session::{self, FrameDecoder, GeometryMonitor, SessionMessage};
+use guestlink_protocol::vdagent::{
+    encode_message, encode_raw_message, Capabilities, ChunkMode, FileXferStatus, Message,
+    MonitorConfig, MonitorMm, MonitorsConfig, Port, Reassembler, ReassemblerConfig, ReplyResult,
+    WireFormat,
+};
+use guestlink_tests::agent::guestlinkd_path;
+
+/// Bound for each wait on the daemon (as `spice_daemon.rs` always used). Deliberately the same name as
+/// [`super::TIMEOUT`]: a test file imports one of them, never both by glob.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+/// The capabilities spice-gtk announces.
+pub const SPICE_GTK_CAPS: u32 = 0x0003_5077;
+
+/// The guestlinkd process, killed on drop.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Daemon {
+    pub fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+/// The host end of the port.
+pub struct Host {
+    pub s: UnixStream,
+    pub reasm: Reassembler,
+    pub queue: std::collections::VecDeque<(Port, guestlink_protocol::vdagent::RawMessage)>,
+    pub wire: WireFormat,
+}
+
+impl Host {
+    pub fn accept(l: &UnixListener) -> Host {
+        l.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match l.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(200)))
+                        .unwrap();
+                    return Host {
+                        s,
+                        reasm: Reassembler::new(ReassemblerConfig::host_side()),
+                        queue: Default::default(),
+                        wire: WireFormat::default(),
+                    };
+                }
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("guestlinkd never opened the port: {e}"),
+            }
+        }
+    }
+
+    pub fn send(&mut self, port: Port, m: &Message) {
+        let b = encode_message(port, m, self.wire, ChunkMode::Split).unwrap();
+        self.s.write_all(&b).unwrap();
+    }
+
+    /// The next message, or `None` on EOF / after `wait`.
+    pub fn recv_within(&mut self, wait: Duration) -> Option<(Port, Message)> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some((p, raw)) = self.queue.pop_front() {
+                return Some((
+                    p,
+                    raw.decode(self.wire)
+                        .expect("guestlinkd sent a bad message"),
+                ));
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            let mut buf = vec![0u8; 65536];
+            match self.s.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    for ev in self.reasm.feed(&buf[..n]) {
+                        self.queue
+                            .push_back(ev.expect("guestlinkd sent bad chunks"));
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    pub fn recv(&mut self) -> (Port, Message) {
+        self.recv_within(TIMEOUT)
+            .expect("no message from guestlinkd")
+    }
+
+    /// Skips messages until one matches.
+    pub fn expect<T>(&mut self, what: &str, mut f: impl FnMut(Port, &Message) -> Option<T>) -> T {
+        let deadline = Instant::now() + TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some((p, m)) = self.recv_within(Duration::from_secs(1)) {
+                if let Some(t) = f(p, &m) {
+                    return t;
+                }
+                eprintln!("(skipping {m:?} while waiting for {what})");
+            }
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// The opening sequence: our caps request=1 arrive, the client answers like spice-gtk.
+    pub fn handshake(&mut self) -> Capabilities {
+        let (p, m) = self.recv();
+        let Message::AnnounceCapabilities { request, caps } = m else {
+            panic!("first message is not ANNOUNCE_CAPABILITIES: {m:?}");
+        };
+        assert_eq!(p, Port::Client);
+        assert!(request, "guestlinkd must ask for the client's caps");
+        let client = Capabilities::from_words(&[SPICE_GTK_CAPS]);
+        self.send(
+            Port::Client,
+            &Message::AnnounceCapabilities {
+                request: true,
+                caps: client.clone(),
+            },
+        );
+        let (_, m) = self.recv();
+        assert!(
+            matches!(m, Message::AnnounceCapabilities { request: false, .. }),
+            "caps request=1 must be answered with request=0: {m:?}"
+        );
+        self.wire = WireFormat::negotiate(&client, &caps);
+        caps
+    }
+}
+
+/// The in-test session agent.
+pub struct Agent {
+    pub s: UnixStream,
+    pub dec: FrameDecoder,
+    pub queue: std::collections::VecDeque<SessionMessage>,
+}
+
+impl Agent {
+    pub fn connect(path: &Path) -> Agent {
+        let deadline = Instant::now() + TIMEOUT;
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("session socket: {e}"),
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        Agent {
+            s,
+            dec: FrameDecoder::new(),
+            queue: Default::default(),
+        }
+    }
+
+    pub fn send(&mut self, m: &SessionMessage) {
+        self.s.write_all(&session::encode(m).unwrap()).unwrap();
+    }
+
+    pub fn recv_within(&mut self, wait: Duration) -> Option<SessionMessage> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(m) = self.queue.pop_front() {
+                return Some(m);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            let mut buf = vec![0u8; 65536];
+            match self.s.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    for r in self.dec.feed(&buf[..n]) {
+                        self.queue.push_back(r.expect("bad frame from guestlinkd"));
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    pub fn expect<T>(&mut self, what: &str, mut f: impl FnMut(&SessionMessage) -> Option<T>) -> T {
+        let deadline = Instant::now() + TIMEOUT;
+        while Instant::now() < deadline {
+            if let Some(m) = self.recv_within(Duration::from_secs(1)) {
+                if let Some(t) = f(&m) {
+                    return t;
+                }
+                eprintln!("(agent skipping {:?} while waiting for {what})", m.kind());
+            }
+        }
+        panic!("agent timed out waiting for {what}");
+    }
+
+    pub fn hello_and_geometry(&mut self) {
+        self.hello_caps_and_geometry();
+    }
+
+    /// Like [`Agent::hello_and_geometry`]; returns the capabilities listed in the daemon's hello.
+    pub fn hello_caps_and_geometry(&mut self) -> Vec<String> {
+        let caps = self.expect("hello", |m| match m {
+            SessionMessage::Hello { capabilities, .. } => Some(capabilities.clone()),
+            _ => None,
+        });
+        self.send(&SessionMessage::Hello {
+            version: session::SESSION_PROTOCOL_VERSION,
+            session_id: String::new(),
+            capabilities: vec![],
+        });
+        self.send(&SessionMessage::Geometry {
+            monitors: vec![GeometryMonitor {
+                display_id: 0,
+                x: 0,
+                y: 0,
+                width: 1280,
+                height: 800,
+            }],
+        });
+        caps
+    }
+}
+
+/// A guestlinkd on a temporary directory: port listener, session socket, `--uinput-fake` file.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+    pub daemon: Daemon,
+    pub listener: UnixListener,
+}
+
+impl Setup {
+    pub fn start() -> Setup {
+        Setup::start_with(&[])
+    }
+
+    /// Starts guestlinkd with extra environment variables.
+    pub fn start_with(env: &[(&str, &str)]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let vport = dir.path().join("vport.sock");
+        let listener = UnixListener::bind(&vport).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        let child = Command::new(guestlinkd_path())
+            .args(["-m", "none", "--foreground", "--no-logind"])
+            .arg("-t")
+            .arg(dir.path().join("state"))
+            .arg("--spice-path")
+            .arg(&vport)
+            .arg("--session-socket")
+            .arg(dir.path().join("session.sock"))
+            .arg("--uinput-fake")
+            .arg(dir.path().join("uinput"))
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start guestlinkd");
+        Setup {
+            dir,
+            daemon: Daemon(child),
+            listener,
+        }
+    }
+
+    pub fn session_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("session.sock")
+    }
+}
+
+/// A MONITORS_CONFIG of one `w`×`h` monitor, with PHYSICAL_SIZE (300×200 mm) if `physical`.
+pub fn monitors(physical: bool, w: u32, h: u32) -> Message {
+    Message::MonitorsConfig(MonitorsConfig {
+        flags: 1,
+        monitors: vec![MonitorConfig {
+            height: h,
+            width: w,
+            depth: 32,
+            x: 0,
+            y: 0,
+        }],
+        physical_sizes: physical.then(|| {
+            vec![MonitorMm {
+                height: 200,
+                width: 300,
+            }]
+        }),
+    })
+}
+
+/// A successful REPLY to a MONITORS_CONFIG.
+pub fn is_reply_ok(m: &Message) -> bool {
+    matches!(
+        m,
+        Message::Reply {
+            message_type: 2,
+            result: ReplyResult::Success
+        }
+    )
+}
+
+/// The FILE_XFER_STATUS of transfer `want`, if `m` is one.
+pub fn status_of(m: &Message, want: u32) -> Option<FileXferStatus> {
+    match m {
+        Message::FileXferStatus(s) if s.id == want => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Writes a raw message of `msg_type` with `payload` to the port, with chunk port `port`.
+pub fn send_raw(host: &mut Host, port: u32, msg_type: u32, payload: &[u8]) {
+    let b = encode_raw_message(Port::Client, msg_type, payload, ChunkMode::Split).unwrap();
+    let mut b = b;
+    // Patch the port of every chunk header (only single-chunk payloads are used with port 2 here).
+    b[0..4].copy_from_slice(&port.to_le_bytes());
+    host.s.write_all(&b).unwrap();
+}
+
+/// The daemon still serves: a monitors config gets its REPLY.
+pub fn still_serving(host: &mut Host) {
+    host.send(Port::Client, &monitors(false, 1024, 768));
+    host.expect("REPLY after hostile input", |_, m| {
+        is_reply_ok(m).then_some(())
+    });
+}
+
+/// True when the host's end of the port reached EOF (data read meanwhile is kept for `recv_within`).
+pub fn port_closed(host: &mut Host) -> bool {
+    let mut b = vec![0u8; 65536];
+    match host.s.read(&mut b) {
+        Ok(0) => true,
+        Ok(n) => {
+            for ev in host.reasm.feed(&b[..n]) {
+                host.queue
+                    .push_back(ev.expect("guestlinkd sent bad chunks"));
+            }
+            false
+        }
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
