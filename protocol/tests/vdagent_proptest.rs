@@ -3,8 +3,9 @@
 use guestlink_protocol::vdagent::{
     encode_message, AudioVolumeSync, Capabilities, ChunkMode, ClipboardType, DeviceDisplayInfo,
     DisplayConfig, FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus,
-    GraphicsDeviceInfo, Message, MonitorConfig, MonitorMm, MonitorsConfig, MouseState, Port,
-    Reassembler, ReassemblerConfig, ReplyResult, Selection, WireFormat,
+    GraphicsDeviceInfo, Message, MessageHeader, MonitorConfig, MonitorMm, MonitorsConfig,
+    MouseState, Port, RawMessage, Reassembler, ReassemblerConfig, ReplyResult, Selection,
+    WireFormat,
 };
 use proptest::prelude::*;
 
@@ -241,7 +242,9 @@ fn feed_in_pieces(
     for cut in cuts.into_iter().chain([stream.len()]) {
         for event in r.feed(&stream[start..cut]) {
             let (port, raw) = event.unwrap();
-            out.push((port, raw.decode(wire).unwrap()));
+            let m = raw.decode(wire).unwrap();
+            assert_eq!(raw.into_decoded(wire).unwrap(), m, "owned decoding differs");
+            out.push((port, m));
         }
         start = cut;
     }
@@ -328,5 +331,18 @@ proptest! {
                 prop_assert_eq!(Message::decode(t, &again, w).unwrap(), m);
             }
         }
+    }
+
+    #[test]
+    fn owned_decoding_agrees_with_borrowed_decoding_on_any_payload(
+        payload in prop::collection::vec(any::<u8>(), 0..64),
+        t in prop_oneof![Just(4u32), Just(10u32), 0u32..20],
+        w in wire(),
+        protocol in prop_oneof![Just(1u32), any::<u32>()],
+    ) {
+        let mut header = MessageHeader::new(t, payload.len() as u32);
+        header.protocol = protocol;
+        let raw = RawMessage { header, payload };
+        prop_assert_eq!(raw.decode(w), raw.clone().into_decoded(w));
     }
 }

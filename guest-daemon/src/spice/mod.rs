@@ -313,7 +313,7 @@ impl Core {
                         len = raw.payload.len(),
                         "from host"
                     );
-                    let acts = self.router.on_port(port, &raw);
+                    let acts = self.router.on_port(port, raw);
                     self.apply(acts).await;
                 }
                 Err(e) => {

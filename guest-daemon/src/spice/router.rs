@@ -535,16 +535,21 @@ impl Router {
     }
 
     /// A whole message from the port.
-    pub fn on_port(&mut self, port: Port, raw: &RawMessage) -> Vec<Action> {
+    pub fn on_port(&mut self, port: Port, raw: RawMessage) -> Vec<Action> {
         let mut out = Vec::new();
-        let msg = match raw.decode(self.wire) {
+        // What `invalid_message` needs if decoding fails: the type and a transfer id's bytes.
+        let probe = RawMessage {
+            header: raw.header,
+            payload: raw.payload.get(..4).unwrap_or_default().to_vec(),
+        };
+        let msg = match raw.into_decoded(self.wire) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(
-                    msg_type = raw.header.msg_type,
+                    msg_type = probe.header.msg_type,
                     "invalid message from the host: {e}"
                 );
-                self.invalid_message(&mut out, raw);
+                self.invalid_message(&mut out, &probe);
                 return out;
             }
         };

@@ -51,7 +51,7 @@ fn ready() -> (Router, WireFormat) {
     let wire = WireFormat::negotiate(&our_caps(), &client);
     r.on_port(
         Port::Client,
-        &raw(
+        raw(
             &Message::AnnounceCapabilities {
                 request: true,
                 caps: client,
@@ -93,13 +93,13 @@ fn grab_serials_follow_vdagentd_rule() {
         acts.iter()
             .any(|a| matches!(a, Action::Agent(1, SessionMessage::ClipboardGrab { .. })))
     };
-    assert!(forwarded(&r.on_port(Port::Client, &raw(&grab(0), wire))));
+    assert!(forwarded(&r.on_port(Port::Client, raw(&grab(0), wire))));
     assert!(
-        forwarded(&r.on_port(Port::Client, &raw(&grab(0), wire))),
+        forwarded(&r.on_port(Port::Client, raw(&grab(0), wire))),
         "counter-1 is accepted (client wins)"
     );
     assert!(
-        !forwarded(&r.on_port(Port::Client, &raw(&grab(1000), wire))),
+        !forwarded(&r.on_port(Port::Client, raw(&grab(1000), wire))),
         "stale serial dropped"
     );
     // Guest grabs carry the shared counter.
@@ -158,7 +158,7 @@ fn inactive_agents_see_nothing_and_transfers_stay_bound() {
         file_xfer_nr: None,
         file_xfer_total: None,
     });
-    r.on_port(Port::Client, &raw(&start, wire));
+    r.on_port(Port::Client, raw(&start, wire));
     let st = |status| SessionMessage::FileXferStatus {
         id: 5,
         status,
@@ -196,7 +196,7 @@ fn locked_and_greeter_sessions_refuse_transfers_like_vdagentd() {
     let (mut r, wire) = ready();
     // Locked: START answered SESSION_LOCKED; nothing reaches the agent.
     r.set_active(Some("s1".into()), true, true);
-    let acts = r.on_port(Port::Client, &raw(&start(1, "a.txt"), wire));
+    let acts = r.on_port(Port::Client, raw(&start(1, "a.txt"), wire));
     assert_eq!(
         start_result(&acts, wire),
         Some(FileXferResult::SessionLocked)
@@ -204,7 +204,7 @@ fn locked_and_greeter_sessions_refuse_transfers_like_vdagentd() {
     assert!(!acts.iter().any(|a| matches!(a, Action::Agent(..))));
     // Unlocked: the transfer goes to the agent.
     r.set_active(Some("s1".into()), false, true);
-    let acts = r.on_port(Port::Client, &raw(&start(2, "b.txt"), wire));
+    let acts = r.on_port(Port::Client, raw(&start(2, "b.txt"), wire));
     assert!(acts.iter().any(|a| matches!(
         a,
         Action::Agent(1, SessionMessage::FileXferStart { id: 2, .. })
@@ -214,7 +214,7 @@ fn locked_and_greeter_sessions_refuse_transfers_like_vdagentd() {
     assert!(acts
         .iter()
         .any(|a| matches!(a, Action::Agent(1, SessionMessage::FileXferDisable))));
-    let acts = r.on_port(Port::Client, &raw(&start(3, "c.txt"), wire));
+    let acts = r.on_port(Port::Client, raw(&start(3, "c.txt"), wire));
     assert_eq!(start_result(&acts, wire), Some(FileXferResult::Disabled));
 }
 
@@ -276,7 +276,7 @@ fn streamed_clipboard_answers_go_to_the_port_only_from_the_active_agent() {
     // Over the client's MAX_CLIPBOARD: an empty answer instead, and no stream.
     r.on_port(
         Port::Client,
-        &raw(&Message::MaxClipboard { max: 1000 }, wire),
+        raw(&Message::MaxClipboard { max: 1000 }, wire),
     );
     let acts = r.on_agent_stream(1, answer(0), 100_000);
     assert!(!acts.iter().any(|a| matches!(a, Action::PortStream { .. })));

@@ -190,13 +190,11 @@ impl SpiceLink {
     pub fn recv_until(&mut self, deadline: Instant) -> Result<Option<(Port, Message)>, SpiceError> {
         loop {
             while let Some((port, raw)) = self.queue.pop_front() {
-                let msg = match raw.decode(self.wire) {
+                let msg_type = raw.header.msg_type;
+                let msg = match raw.into_decoded(self.wire) {
                     Ok(m) => m,
                     Err(e) => {
-                        tracing::warn!(
-                            msg_type = raw.header.msg_type,
-                            "undecodable message from the agent: {e}"
-                        );
+                        tracing::warn!(msg_type, "undecodable message from the agent: {e}");
                         continue;
                     }
                 };
