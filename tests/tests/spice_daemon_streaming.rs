@@ -543,3 +543,162 @@ fn oversized_non_clipboard_frames_disconnect_the_agent() {
     reopened_for_a_new_agent(&s);
     assert!(s.daemon.alive());
 }
+
+/// A ClipboardData frame of `data`.
+fn clipboard_frame(selection: Selection, data: Vec<u8>) -> Vec<u8> {
+    session::encode(&SessionMessage::ClipboardData {
+        selection,
+        data_type: ClipboardType::Utf8Text,
+        data,
+    })
+    .unwrap()
+}
+
+/// Two streamed answers written back to back in one go: both reach the host whole, in order.
+#[test]
+fn back_to_back_streamed_answers_arrive_whole_and_in_order() {
+    let (mut s, mut agent, mut host, _) = session_with(&[]);
+    grab_and_request(&mut host, &mut agent);
+    request(&mut host, &mut agent, Selection::Primary);
+    let a = payload(1 << 20, 8);
+    let b = payload((1 << 20) + 1, 9);
+    let (ha, hb) = (sha(&a), sha(&b));
+    let mut bytes = clipboard_frame(Selection::Clipboard, a);
+    bytes.extend(clipboard_frame(Selection::Primary, b));
+    let mut w = agent.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&bytes).unwrap());
+    let (sel, _, got) = host_clipboard(&mut host);
+    assert_eq!(sel, Selection::Clipboard);
+    assert!(
+        sha(&got) == ha,
+        "first answer differs ({} bytes)",
+        got.len()
+    );
+    let (sel, _, got) = host_clipboard(&mut host);
+    assert_eq!(sel, Selection::Primary);
+    assert!(
+        sha(&got) == hb,
+        "second answer differs ({} bytes)",
+        got.len()
+    );
+    writer.join().unwrap();
+    still_serving(&mut host);
+    assert!(s.daemon.alive());
+}
+
+/// The host closes its end in the middle of a streamed answer: the daemon drops the rest of it (the agent stays
+/// connected and is read on), reopens the port, and the new host gets no stale bytes, then new answers whole.
+#[test]
+fn host_closing_mid_answer_reopens_the_port_cleanly() {
+    let (mut s, mut agent, mut host, _) = session_with(&[]);
+    grab_and_request(&mut host, &mut agent);
+    let frame = clipboard_frame(Selection::Clipboard, payload(BIG, 10));
+    let mut w = agent.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&frame).unwrap());
+    pump_until(&mut host, 512 * 1024);
+    drop(host);
+    // The daemon reads the rest of the answer from the agent (and drops it), or the writer would block.
+    writer.join().unwrap();
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+    agent.expect("client-connected after the reopen", |m| {
+        matches!(m, SessionMessage::ClientConnected).then_some(())
+    });
+    grab_and_request(&mut host, &mut agent);
+    let fresh = payload(100 * 1024, 11);
+    agent.send(&SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: fresh.clone(),
+    });
+    let (_, _, got) = host_clipboard(&mut host);
+    assert!(
+        got == fresh,
+        "the answer after the reopen differs ({} bytes)",
+        got.len()
+    );
+    still_serving(&mut host);
+    assert!(s.daemon.alive());
+}
+
+/// Answers above the client's MAX_CLIPBOARD, streamed or in a memfd, reach the host empty; the agent's stream
+/// stays in sync (a following answer below the limit arrives whole).
+#[test]
+fn answers_above_max_clipboard_are_sent_empty() {
+    let (mut s, mut agent, mut host, _) = session_with(&[]);
+    host.send(Port::Client, &Message::MaxClipboard { max: 1 << 20 });
+    agent.expect("max-clipboard", |m| {
+        matches!(m, SessionMessage::MaxClipboard { .. }).then_some(())
+    });
+    grab_and_request(&mut host, &mut agent);
+    let mut w = agent.s.try_clone().unwrap();
+    let big = clipboard_frame(Selection::Clipboard, payload(2 << 20, 12));
+    let writer = std::thread::spawn(move || w.write_all(&big).unwrap());
+    let (_, _, got) = host_clipboard(&mut host);
+    assert!(
+        got.is_empty(),
+        "streamed: {} bytes over MAX_CLIPBOARD sent",
+        got.len()
+    );
+    writer.join().unwrap();
+
+    request(&mut host, &mut agent, Selection::Clipboard);
+    let fd = memfd(&payload(2 << 20, 13), 0, sealed());
+    send_with_fds(&agent, &clipboard_fd_frame(2 << 20), &[fd.as_raw_fd()]);
+    let (_, _, got) = host_clipboard(&mut host);
+    assert!(
+        got.is_empty(),
+        "memfd: {} bytes over MAX_CLIPBOARD sent",
+        got.len()
+    );
+
+    request(&mut host, &mut agent, Selection::Clipboard);
+    let fits = payload(100 * 1024, 14);
+    agent.send(&SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: fits.clone(),
+    });
+    let (_, _, got) = host_clipboard(&mut host);
+    assert!(
+        got == fits,
+        "the answer below the limit differs ({} bytes)",
+        got.len()
+    );
+    still_serving(&mut host);
+    assert!(s.daemon.alive());
+}
+
+/// A host that is slow to read (pauses of twice the stall timeout, well below the daemon's 30 s port write
+/// timeout) while an agent that already sent its whole answer streams: the agent is not stalled, so the answer
+/// must arrive whole. Ignored: guestlinkd measures the stall deadline from before its own blocking port write
+/// (`stream_piece` sets `deadline` and then awaits `write_port`), so after a write that blocked longer than the
+/// stall timeout `select!` may pick the expired deadline over the piece already queued: the healthy agent is
+/// dropped and the port reset (about half the pauses; four pauses here).
+#[test]
+#[ignore = "guestlinkd bug: a slow host makes a streaming agent count as stalled"]
+fn slow_host_does_not_make_a_streaming_agent_stalled() {
+    const STALL_MS: u64 = 2000;
+    let (mut s, mut agent, mut host, _) =
+        session_with(&[("GUESTLINKD_SPICE_AGENT_STALL_MS", &STALL_MS.to_string())]);
+    grab_and_request(&mut host, &mut agent);
+    let data = payload(BIG, 21);
+    let want = sha(&data);
+    let frame = clipboard_frame(Selection::Clipboard, data);
+    let mut w = agent.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&frame).unwrap());
+    for _ in 0..4 {
+        pump_until(&mut host, 1 << 20);
+        std::thread::sleep(Duration::from_millis(2 * STALL_MS));
+    }
+    let (_, _, got) = host_clipboard(&mut host);
+    assert_eq!(got.len(), BIG, "clipboard size");
+    assert!(sha(&got) == want, "the streamed clipboard bytes differ");
+    writer.join().unwrap();
+    assert!(
+        !agent_sees_eof(&mut agent, Duration::from_millis(500)),
+        "the agent was disconnected"
+    );
+    still_serving(&mut host);
+    assert!(s.daemon.alive());
+}
