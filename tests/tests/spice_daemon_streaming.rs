@@ -671,12 +671,9 @@ fn answers_above_max_clipboard_are_sent_empty() {
 
 /// A host that is slow to read (pauses of twice the stall timeout, well below the daemon's 30 s port write
 /// timeout) while an agent that already sent its whole answer streams: the agent is not stalled, so the answer
-/// must arrive whole. Ignored: guestlinkd measures the stall deadline from before its own blocking port write
-/// (`stream_piece` sets `deadline` and then awaits `write_port`), so after a write that blocked longer than the
-/// stall timeout `select!` may pick the expired deadline over the piece already queued: the healthy agent is
-/// dropped and the port reset (about half the pauses; four pauses here).
+/// must arrive whole. Regression test: the stall deadline once ran from before the daemon's own blocking port
+/// write, so a write that blocked longer than the stall timeout made the healthy agent look stalled.
 #[test]
-#[ignore = "guestlinkd bug: a slow host makes a streaming agent count as stalled"]
 fn slow_host_does_not_make_a_streaming_agent_stalled() {
     const STALL_MS: u64 = 2000;
     let (mut s, mut agent, mut host, _) =

@@ -134,7 +134,7 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
     {
         return;
     }
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
             // The data part is written from the message itself, not copied behind the header.
             let head = match encode_head(&msg) {
@@ -154,7 +154,13 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
     // Sealed memfds passed with the frames not decoded yet (see `passed_fd`).
     let mut fds: VecDeque<OwnedFd> = VecDeque::new();
     'read: loop {
-        let n = match passed_fd::read(&rd, &mut buf).await {
+        // The writer ends when the core drops the agent (its queue closes) or the connection breaks: then the
+        // connection is closed, not read on.
+        let read = tokio::select! {
+            r = passed_fd::read(&rd, &mut buf) => r,
+            _ = &mut writer => break,
+        };
+        let n = match read {
             Ok((0, _)) | Err(_) => break,
             Ok((n, passed)) => {
                 let (ok, bad): (Vec<_>, Vec<_>) =

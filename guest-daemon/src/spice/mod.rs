@@ -507,8 +507,11 @@ impl Core {
                 .await;
         };
         s.left = left;
-        s.deadline = Instant::now() + self.stall;
         self.write_port(&[piece]).await;
+        // Counted from the end of the write: a host slow to take the piece is not the agent stalling.
+        if let Some(s) = self.port_stream.as_mut() {
+            s.deadline = Instant::now() + self.stall;
+        }
     }
 
     /// The end of `agent`'s streamed data: the port is free again; the writes held meanwhile go out.

@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 use crate::transport::chardev::Chardev;
 
 /// Piece size of [`PortIo::write_file`].
-const FILE_PIECE: usize = 256 * 1024;
+const FILE_PIECE: usize = 2 * 1024 * 1024;
 
 /// An open port.
 #[derive(Debug)]
