@@ -1,10 +1,10 @@
-//! The session socket: where `guestlink-session` agents connect (mode 0666, like spice-vdagentd's), with peer
-//! checks on accept — SO_PEERCRED uid/pid, the peer's logind session, uid = session owner or root, and the
-//! `/proc/<pid>` owner re-checked after the lookup (CVE-2020-25653) — and at most [`MAX_CONNECTIONS`] open
-//! connections (CVE-2020-25652). Each connection gets a reader task (frames → [`Event`]s, bounded) and a writer
-//! task (a bounded queue; when it is full the core stops reading the SPICE port until the agent catches up, and
-//! drops an agent that makes no progress for the stall timeout — memory never grows with a slow agent).
-
+//! The session socket: where `guestlink-session` agents connect (mode 0666, like spice-vdagentd's), with the
+//! peer checks of [`super::peer`] on accept (SO_PEERCRED, the peer pinned by a pidfd, its logind session, uid =
+//! session owner or root; CVE-2020-25653) and at most [`MAX_CONNECTIONS`] open connections (CVE-2020-25652).
+//! Each connection gets a reader task (frames → [`Event`]s, bounded: small frames only, large clipboard answers
+//! streamed in pieces or passed as sealed memfds, see [`super::passed_fd`]) and a writer task (a bounded queue;
+//! when it is full the core stops reading the SPICE port until the agent catches up, and drops an agent that
+//! makes no progress for the stall timeout — memory never grows with a slow agent).
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::OwnedFd;
