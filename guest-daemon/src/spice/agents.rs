@@ -5,6 +5,7 @@
 //! streamed in pieces or passed as sealed memfds, see [`super::passed_fd`]) and a writer task (a bounded queue;
 //! when it is full the core stops reading the SPICE port until the agent catches up, and drops an agent that
 //! makes no progress for the stall timeout — memory never grows with a slow agent).
+
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::OwnedFd;
