@@ -64,7 +64,8 @@ fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
             SessionMessage::ClipboardRelease { selection }
         }
         BackendEvent::Geometry(monitors) => SessionMessage::Geometry { monitors },
-        BackendEvent::Fatal(_) => return None,
+        // Sent by `outgoing::frame_memfd`, not as a plain message.
+        BackendEvent::ClipboardFile { .. } | BackendEvent::Fatal(_) => return None,
     })
 }
 
@@ -173,10 +174,14 @@ impl Agent {
                     if let BackendEvent::Fatal(e) = ev {
                         break End::Fatal(e);
                     }
-                    if let Some(msg) = to_message(ev) {
-                        if !send_parts(&out, frame(msg, self.daemon_takes_fds)).await {
-                            break End::Lost("writer stopped".into());
+                    let parts = match ev {
+                        BackendEvent::ClipboardFile { selection, data_type, memfd } => {
+                            outgoing::frame_memfd(selection, data_type, &memfd, self.daemon_takes_fds)
                         }
+                        ev => to_message(ev).map(|m| frame(m, self.daemon_takes_fds)).unwrap_or_default(),
+                    };
+                    if !send_parts(&out, parts).await {
+                        break End::Lost("writer stopped".into());
                     }
                 }
                 r = &mut writer => {

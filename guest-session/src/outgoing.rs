@@ -8,17 +8,20 @@
 
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use guestlink_protocol::session::{encode, encode_head, SessionMessage, CAP_CLIPBOARD_FD};
-use guestlink_protocol::vdagent::ClipboardType;
+use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::mpsc;
+
+use crate::backend::ClipboardMemfd;
 
 /// How long a full outgoing queue may block before the connection is dropped.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -93,6 +96,64 @@ pub fn frame(mut msg: SessionMessage, fds: bool) -> Vec<Out> {
             }
         }
     }
+}
+
+/// The writes that send a clipboard answer the backend collected in a memfd: the memfd itself, sealed, to a
+/// daemon that takes it; else its bytes read back into an ordinary frame.
+pub fn frame_memfd(
+    selection: Selection,
+    data_type: ClipboardType,
+    memfd: &ClipboardMemfd,
+    fds: bool,
+) -> Vec<Out> {
+    if fds {
+        match seal_and_share(memfd) {
+            Ok(fd) => {
+                let m = SessionMessage::ClipboardDataFd {
+                    selection,
+                    data_type,
+                    len: memfd.len as u64,
+                };
+                if let Ok(head) = encode(&m) {
+                    return vec![Out::WithFd(head, fd)];
+                }
+            }
+            Err(e) => tracing::debug!("cannot seal the clipboard memfd ({e}); sending it inline"),
+        }
+    }
+    let mut data = vec![0u8; memfd.len];
+    let data = match memfd.file.read_exact_at(&mut data, 0) {
+        Ok(()) => data,
+        Err(e) => {
+            tracing::warn!("cannot read the clipboard memfd back: {e}");
+            return frame(
+                SessionMessage::ClipboardData {
+                    selection,
+                    data_type: ClipboardType::None,
+                    data: Vec::new(),
+                },
+                false,
+            );
+        }
+    };
+    frame(
+        SessionMessage::ClipboardData {
+            selection,
+            data_type,
+            data,
+        },
+        false,
+    )
+}
+
+/// Seals a backend's memfd against any change and returns a descriptor of it to pass.
+fn seal_and_share(memfd: &ClipboardMemfd) -> io::Result<OwnedFd> {
+    let seals = SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(&*memfd.file, FcntlArg::F_ADD_SEALS(seals))?;
+    memfd.file.as_fd().try_clone_to_owned()
 }
 
 /// Whether a daemon hello's capabilities include taking clipboard memfds.

@@ -145,7 +145,10 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
                     continue;
                 }
             };
-            if wr.write_all(&head).await.is_err() || wr.write_all(msg.data()).await.is_err() {
+            if write_all_vectored(&mut wr, &head, msg.data())
+                .await
+                .is_err()
+            {
                 break;
             }
         }
@@ -241,4 +244,25 @@ fn empty_clipboard(selection: Selection) -> SessionMessage {
         data_type: ClipboardType::None,
         data: Vec::new(),
     }
+}
+
+/// Writes `head` then `data` with as few syscalls as the socket allows (one writev when both fit).
+async fn write_all_vectored(
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    mut head: &[u8],
+    mut data: &[u8],
+) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    while !head.is_empty() {
+        let n = wr
+            .write_vectored(&[IoSlice::new(head), IoSlice::new(data)])
+            .await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        data = &data[n - from_head..];
+    }
+    wr.write_all(data).await
 }

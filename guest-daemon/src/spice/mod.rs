@@ -204,7 +204,8 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
     let initial = active_rx.borrow_and_update().clone();
     let acts = core.set_active(initial);
     core.apply(acts).await;
-    let mut buf = vec![0u8; 64 * 1024];
+    // Large enough to take what a fast host queued in one read (a 64 MiB send-file arrives in a stream).
+    let mut buf = vec![0u8; 256 * 1024];
     loop {
         let stalled = core.stall_wait();
         // Also not read while a stream holds the port: replies would only queue up behind it.

@@ -17,11 +17,32 @@ pub mod wayland;
 pub(crate) mod worker;
 pub mod x11;
 
+use std::fs::File;
+use std::sync::Arc;
+
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What a backend tells the daemon connection (and so the host).
+/// Clipboard data in a memfd filled by a backend ([`BackendEvent::ClipboardFile`]); equal when it is the same
+/// file.
+#[derive(Debug, Clone)]
+pub struct ClipboardMemfd {
+    /// The memfd, written from offset 0.
+    pub file: Arc<File>,
+    /// Bytes written.
+    pub len: usize,
+}
+
+impl PartialEq for ClipboardMemfd {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.file, &other.file) && self.len == other.len
+    }
+}
+
+impl Eq for ClipboardMemfd {}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendEvent {
     /// A guest application owns `selection` now and offers `types`.
@@ -46,6 +67,16 @@ pub enum BackendEvent {
         data_type: ClipboardType,
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// Like [`BackendEvent::ClipboardData`], with the data collected straight into a memfd (the X11 INCR path:
+    /// each chunk is written as it arrives, so the copy overlaps the transfer instead of following it).
+    ClipboardFile {
+        /// Selection.
+        selection: Selection,
+        /// Type of the data.
+        data_type: ClipboardType,
+        /// The memfd (not sealed yet) and its length.
+        memfd: ClipboardMemfd,
     },
     /// The guest no longer offers `selection` (its owner went away).
     ClipboardRelease {

@@ -8,6 +8,10 @@
 //! ([`READ_TIMEOUT`]); a failed read answers the host with an empty NONE.
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -20,6 +24,7 @@ use x11rb::NONE;
 
 use super::atoms::latin1_to_utf8;
 use super::{BackendEvent, SELECTIONS, X11};
+use crate::backend::ClipboardMemfd;
 
 /// How long one conversion step (the reply, or the next INCR chunk) may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,7 +52,59 @@ struct Reading {
     purpose: Purpose,
     target: Atom,
     deadline: Instant,
-    incr: Option<Vec<u8>>,
+    incr: Option<IncrBuf>,
+}
+
+/// INCR data collected so far: written straight into a memfd when one can be made (the copy then overlaps the
+/// owner's next chunk instead of following the whole transfer, and the daemon can take the memfd as it is),
+/// else kept in memory.
+#[derive(Debug)]
+enum IncrBuf {
+    Mem(Vec<u8>),
+    File(File, usize),
+}
+
+impl IncrBuf {
+    fn new() -> Self {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        match memfd_create(
+            c"guestlink-clipboard",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        ) {
+            Ok(fd) => Self::File(File::from(fd), 0),
+            Err(_) => Self::Mem(Vec::new()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Mem(v) => v.len(),
+            Self::File(_, n) => *n,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Mem(v) => v.extend_from_slice(bytes),
+            Self::File(f, n) => {
+                f.write_all(bytes)?;
+                *n += bytes.len();
+            }
+        }
+        Ok(())
+    }
+
+    /// The collected bytes in memory.
+    fn into_bytes(self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Self::Mem(v) => Ok(v),
+            Self::File(f, n) => {
+                let mut v = vec![0u8; n];
+                f.read_exact_at(&mut v, 0)?;
+                Ok(v)
+            }
+        }
+    }
 }
 
 /// Reading-side state.
@@ -204,7 +261,7 @@ impl X11 {
         if head.type_ == self.atoms.INCR {
             self.conn.delete_property(win, prop)?;
             if let Some(r) = self.read.reading[sel].as_mut() {
-                r.incr = Some(Vec::new());
+                r.incr = Some(IncrBuf::new());
                 r.deadline = Instant::now() + READ_TIMEOUT;
             }
             tracing::debug!(sel, "reading with INCR");
@@ -258,19 +315,57 @@ impl X11 {
             return self.finish_read(sel, None);
         }
         if reply.value.is_empty() {
-            let buf = self.read.reading[sel]
-                .as_mut()
-                .and_then(|r| r.incr.take())
-                .unwrap_or_default();
-            return self.finish_read(sel, Some((reply.type_, buf)));
+            let Some(buf) = self.read.reading[sel].as_mut().and_then(|r| r.incr.take()) else {
+                return self.finish_read(sel, None);
+            };
+            return self.finish_incr(sel, reply.type_, buf);
         }
+        let mut pushed = Ok(());
         if let Some(r) = self.read.reading[sel].as_mut() {
             if let Some(buf) = r.incr.as_mut() {
-                buf.extend_from_slice(&reply.value);
+                pushed = buf.push(&reply.value);
             }
             r.deadline = Instant::now() + READ_TIMEOUT;
         }
+        if let Err(e) = pushed {
+            tracing::warn!(sel, "cannot keep the guest's INCR data: {e}");
+            self.conn.delete_property(win, prop)?;
+            return self.finish_read(sel, None);
+        }
         Ok(())
+    }
+
+    /// The last INCR chunk arrived: data already in a memfd goes out as it is; anything else (targets, STRING
+    /// to convert) is read back into memory.
+    fn finish_incr(&mut self, sel: usize, type_: Atom, buf: IncrBuf) -> Result<()> {
+        let data_read = self.read.reading[sel]
+            .as_ref()
+            .and_then(|r| match r.purpose {
+                Purpose::Data(t) if r.target != self.atoms.STRING => Some(t),
+                _ => None,
+            });
+        match (buf, data_read) {
+            (IncrBuf::File(file, len), Some(t)) if len > 0 => {
+                self.read.reading[sel] = None;
+                tracing::debug!(sel, ?t, len, "guest clipboard data read into a memfd");
+                self.emit(BackendEvent::ClipboardFile {
+                    selection: SELECTIONS[sel],
+                    data_type: t,
+                    memfd: ClipboardMemfd {
+                        file: Arc::new(file),
+                        len,
+                    },
+                });
+                self.read_next(sel)
+            }
+            (buf, _) => match buf.into_bytes() {
+                Ok(bytes) => self.finish_read(sel, Some((type_, bytes))),
+                Err(e) => {
+                    tracing::warn!(sel, "cannot read back the guest's INCR data: {e}");
+                    self.finish_read(sel, None)
+                }
+            },
+        }
     }
 
     fn finish_read(&mut self, sel: usize, result: Option<(Atom, Vec<u8>)>) -> Result<()> {
@@ -296,6 +391,11 @@ impl X11 {
                 }
             }
         }
+        self.read_next(sel)
+    }
+
+    /// Starts the next queued host request of `sel`, if any.
+    fn read_next(&mut self, sel: usize) -> Result<()> {
         if let Some(next) = self.read.queue[sel].pop_front() {
             self.start_data_read(sel, next)?;
         }
