@@ -84,6 +84,7 @@ fn start(link: Link) -> Option<SpiceEnv> {
             .env("DISPLAY", &display)
             .env("XDG_RUNTIME_DIR", dir.path().join("run"))
             .env("WAYLAND_DISPLAY", "")
+            .arg("-v")
             .stdin(Stdio::null())
             .stderr(log("session.log"))
             .spawn()
@@ -135,6 +136,17 @@ fn full_stack(link: Link) {
 
     // Guest → host.
     env.clipboard_guest_to_host("guest says hi\nline two", logs);
+    // A large one: xclip serves it with INCR, the session agent collects it straight into a memfd and passes
+    // it sealed to guestlinkd, which copies it to the port.
+    let big: String = (0..6 * 1024 * 1024)
+        .map(|i| char::from(b'a' + (i % 23) as u8))
+        .collect();
+    env.clipboard_guest_to_host(&big, logs);
+    let session_log = std::fs::read_to_string(env.dir.path().join("session.log")).unwrap();
+    assert!(
+        session_log.contains("guest clipboard data read into a memfd"),
+        "the 6 MiB answer did not take the memfd path"
+    );
 
     // Resize through the session agent's RandR backend.
     env.resize_to_1024x768();
