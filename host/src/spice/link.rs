@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::vdagent::{
-    encode_message, Capabilities, Capability, ChunkMode, GrabSerials, Message, Port, RawMessage,
-    Reassembler, ReassemblerConfig, WireFormat,
+    encode_message, encode_raw_message, Capabilities, Capability, ChunkMode, GrabSerials, Message,
+    MessageType, Port, RawMessage, Reassembler, ReassemblerConfig, WireFormat,
 };
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
@@ -182,6 +182,19 @@ impl SpiceLink {
     /// Sends `msg` on `port`, split into ≤ 2048-byte chunks.
     pub fn send(&mut self, port: Port, msg: &Message) -> Result<(), SpiceError> {
         let bytes = encode_message(port, msg, self.wire, ChunkMode::Split)
+            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
+        self.io.write_all(&bytes).map_err(SpiceError::Io)
+    }
+
+    /// Sends a message of raw type `msg_type` with a ready `payload` on `port`, split into ≤ 2048-byte chunks
+    /// (for bulk payloads built in place, see `send_file`).
+    pub fn send_raw(
+        &mut self,
+        port: Port,
+        msg_type: MessageType,
+        payload: &[u8],
+    ) -> Result<(), SpiceError> {
+        let bytes = encode_raw_message(port, msg_type.as_u32(), payload, ChunkMode::Split)
             .map_err(|e| SpiceError::Protocol(e.to_string()))?;
         self.io.write_all(&bytes).map_err(SpiceError::Io)
     }

@@ -380,18 +380,23 @@ pub fn send_file(
         return Err(fail(&st));
     }
     let mut sent = 0u64;
-    let mut buf = vec![0u8; FILE_CHUNK];
+    // The DATA payload is built in place: the file is read straight in behind the fixed fields.
+    let head = FileXferData::HEAD_SIZE;
+    let mut payload = vec![0u8; head + FILE_CHUNK];
     loop {
-        let n = file.read(&mut buf).map_err(|e| local("cannot read", e))?;
+        let n = file
+            .read(&mut payload[head..])
+            .map_err(|e| local("cannot read", e))?;
         // A zero-length file still gets one empty DATA message (like spice-gtk).
         if n == 0 && sent > 0 {
             break;
         }
-        let data = Message::FileXferData(FileXferData {
-            id,
-            data: buf[..n].to_vec(),
-        });
-        link.send(Port::Client, &data)?;
+        payload[..head].copy_from_slice(&FileXferData::payload_head(id, n));
+        link.send_raw(
+            Port::Client,
+            MessageType::FileXferData,
+            &payload[..head + n],
+        )?;
         sent += n as u64;
         progress(sent, size);
         // The guest may abort mid-way.

@@ -225,9 +225,20 @@ impl FileXferData {
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        out.put_u32(self.id);
-        out.put_u64(self.data.len() as u64);
+        out.extend_from_slice(&Self::payload_head(self.id, self.data.len()));
         out.extend_from_slice(&self.data);
+    }
+
+    /// Bytes of the fixed fields before the data.
+    pub const HEAD_SIZE: usize = 12;
+
+    /// The fixed fields (`id`, data size) that precede `len` data bytes in a FILE_XFER_DATA payload, for a sender
+    /// that reads file data straight in behind them instead of building a [`FileXferData`].
+    pub fn payload_head(id: u32, len: usize) -> [u8; Self::HEAD_SIZE] {
+        let mut head = [0u8; Self::HEAD_SIZE];
+        head[..4].copy_from_slice(&id.to_le_bytes());
+        head[4..].copy_from_slice(&(len as u64).to_le_bytes());
+        head
     }
 }
 
