@@ -4,8 +4,7 @@
 
 use super::error::SessionError;
 use super::frame::{
-    decode_meta, FrameHeader, FRAME_HEADER_SIZE, FRAME_MAGIC, FRAME_VERSION, MAX_FRAME_BODY,
-    MAX_META_SIZE,
+    FrameHeader, FRAME_HEADER_SIZE, FRAME_MAGIC, FRAME_VERSION, MAX_FRAME_BODY, MAX_META_SIZE,
 };
 use super::message::{SessionMessage, MAX_KIND};
 
@@ -340,6 +339,22 @@ impl FrameDecoder {
         }
         Ok(())
     }
+}
+
+/// The message described by the JSON metadata of a frame of `kind`; `no_data`: the frame carries no data part.
+fn decode_meta(kind: u16, meta: &[u8], no_data: bool) -> Result<SessionMessage, SessionError> {
+    let message: SessionMessage =
+        serde_json::from_slice(meta).map_err(|e| SessionError::BadBody(e.to_string()))?;
+    if message.kind() != kind {
+        return Err(SessionError::KindMismatch {
+            header: kind,
+            body: message.kind(),
+        });
+    }
+    if !SessionMessage::kind_has_data(kind) && !no_data {
+        return Err(SessionError::UnexpectedData(kind));
+    }
+    Ok(message)
 }
 
 /// Grows `buf` for `n` more bytes of a data part with `left` bytes still to come: doubling (so the capacity

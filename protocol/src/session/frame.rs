@@ -13,8 +13,9 @@
 //!   4+meta_len  data part: raw bytes (clipboard data, file chunks), only for kinds that carry data
 //! ```
 
+use super::decoder::FrameDecoder;
 use super::error::SessionError;
-use super::message::{SessionMessage, MAX_KIND};
+use super::message::SessionMessage;
 
 /// Frame magic: the bytes `G`, `L` read as a little-endian u16.
 pub const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"GL");
@@ -104,76 +105,34 @@ pub fn encode_head(message: &SessionMessage) -> Result<Vec<u8>, SessionError> {
     Ok(out)
 }
 
-/// Decodes one frame body of `kind`.
+/// Decodes one frame body of `kind` (the header's other fields taken as valid): [`FrameDecoder`] fed that one
+/// frame, so both give the same messages and errors.
 pub fn decode_body(kind: u16, body: &[u8]) -> Result<SessionMessage, SessionError> {
-    if kind == 0 || kind > MAX_KIND {
-        return Err(SessionError::UnknownKind(kind));
-    }
-    let (len_bytes, rest) = body
-        .split_first_chunk::<4>()
-        .ok_or_else(|| SessionError::BadBody("body shorter than 4 bytes".into()))?;
-    let meta_len = u32::from_le_bytes(*len_bytes);
-    if meta_len > MAX_META_SIZE || meta_len as usize > rest.len() {
-        return Err(SessionError::BadBody(format!(
-            "metadata length {meta_len} out of bounds"
-        )));
-    }
-    let (meta, data) = rest.split_at(meta_len as usize);
-    let mut message = decode_meta(kind, meta, data.is_empty())?;
-    if SessionMessage::kind_has_data(kind) {
-        message.set_data(data.to_vec());
-    }
-    Ok(message)
-}
-
-/// [`decode_body`] taking the body by value: the data part is handed out in the body's own allocation (the
-/// metadata prefix is removed in place) instead of being copied — what [`FrameDecoder`] uses.
-pub fn decode_body_owned(kind: u16, mut body: Vec<u8>) -> Result<SessionMessage, SessionError> {
-    if kind == 0 || kind > MAX_KIND {
-        return Err(SessionError::UnknownKind(kind));
-    }
-    let Some((len_bytes, rest)) = body.split_first_chunk::<4>() else {
-        return Err(SessionError::BadBody("body shorter than 4 bytes".into()));
+    let length = u32::try_from(body.len())
+        .ok()
+        .filter(|l| *l <= MAX_FRAME_BODY)
+        .ok_or_else(|| SessionError::FrameTooLarge {
+            size: body.len() as u64,
+            max: MAX_FRAME_BODY.into(),
+        })?;
+    let header = FrameHeader {
+        magic: FRAME_MAGIC,
+        version: FRAME_VERSION,
+        kind,
+        flags: 0,
+        length,
     };
-    let meta_len = u32::from_le_bytes(*len_bytes);
-    if meta_len > MAX_META_SIZE || meta_len as usize > rest.len() {
-        return Err(SessionError::BadBody(format!(
-            "metadata length {meta_len} out of bounds"
-        )));
-    }
-    let (meta, data) = rest.split_at(meta_len as usize);
-    let mut message = decode_meta(kind, meta, data.is_empty())?;
-    if SessionMessage::kind_has_data(kind) {
-        body.drain(..4 + meta_len as usize);
-        message.set_data(body);
-    }
-    Ok(message)
-}
-
-/// The message described by the JSON metadata of a frame of `kind`; `no_data`: the frame carries no data part.
-pub(crate) fn decode_meta(
-    kind: u16,
-    meta: &[u8],
-    no_data: bool,
-) -> Result<SessionMessage, SessionError> {
-    let message: SessionMessage =
-        serde_json::from_slice(meta).map_err(|e| SessionError::BadBody(e.to_string()))?;
-    if message.kind() != kind {
-        return Err(SessionError::KindMismatch {
-            header: kind,
-            body: message.kind(),
-        });
-    }
-    if !SessionMessage::kind_has_data(kind) && !no_data {
-        return Err(SessionError::UnexpectedData(kind));
-    }
-    Ok(message)
+    let mut decoder = FrameDecoder::new();
+    let mut out = decoder.feed(&header.encode());
+    out.extend(decoder.feed(body));
+    // A whole frame was fed: exactly one result.
+    out.pop()
+        .unwrap_or_else(|| Err(SessionError::BadBody("incomplete frame".into())))
 }
 
 #[cfg(test)]
 mod owned_tests {
     use super::*;
-    use crate::session::FrameDecoder;
     use crate::vdagent::{ClipboardType, Selection};
 
     fn clip(len: usize) -> SessionMessage {
@@ -185,31 +144,33 @@ mod owned_tests {
     }
 
     #[test]
-    fn owned_and_borrowed_decoding_agree() {
+    fn head_plus_data_is_the_frame_and_decode_body_reads_it() {
         for msg in [clip(0), clip(5000), SessionMessage::ClientConnected] {
             let bytes = encode(&msg).unwrap();
             let kind = msg.kind();
-            let body = bytes[FRAME_HEADER_SIZE..].to_vec();
             let mut joined = encode_head(&msg).unwrap();
             joined.extend_from_slice(msg.data());
             assert_eq!(joined, bytes, "head + data = the frame");
-            assert_eq!(decode_body(kind, &body).unwrap(), msg);
-            assert_eq!(decode_body_owned(kind, body).unwrap(), msg);
+            assert_eq!(decode_body(kind, &bytes[FRAME_HEADER_SIZE..]).unwrap(), msg);
         }
-        // Errors agree too: short body, meta out of bounds, data on a kind without data, unknown kind.
+        // Per-frame errors: short body, meta out of bounds, data on a kind without data, unknown kind.
         let connected = SessionMessage::ClientConnected;
         let mut with_data = encode(&connected).unwrap()[FRAME_HEADER_SIZE..].to_vec();
         with_data.push(1);
-        for (kind, body) in [
-            (connected.kind(), vec![1, 0]),
-            (connected.kind(), vec![200, 0, 0, 0, b'{']),
-            (connected.kind(), with_data),
-            (0, vec![0; 8]),
-        ] {
-            let a = decode_body(kind, &body).unwrap_err().to_string();
-            let b = decode_body_owned(kind, body).unwrap_err().to_string();
-            assert_eq!(a, b);
-        }
+        let k = connected.kind();
+        assert!(matches!(
+            decode_body(k, &[1, 0]),
+            Err(SessionError::BadBody(_))
+        ));
+        assert!(matches!(
+            decode_body(k, &[200, 0, 0, 0, b'{']),
+            Err(SessionError::BadBody(_))
+        ));
+        assert_eq!(
+            decode_body(k, &with_data),
+            Err(SessionError::UnexpectedData(k))
+        );
+        assert_eq!(decode_body(0, &[0; 8]), Err(SessionError::UnknownKind(0)));
     }
 
     #[test]

@@ -17,10 +17,7 @@ pub mod message;
 
 pub use decoder::{FrameDecoder, FrameEvent};
 pub use error::SessionError;
-pub use frame::{
-    decode_body, decode_body_owned, encode, encode_head, FrameHeader, FRAME_HEADER_SIZE,
-    MAX_FRAME_BODY,
-};
+pub use frame::{decode_body, encode, encode_head, FrameHeader, FRAME_HEADER_SIZE, MAX_FRAME_BODY};
 pub use message::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, CAP_CLIPBOARD_FD,
     MAX_KIND, SESSION_PROTOCOL_VERSION,
