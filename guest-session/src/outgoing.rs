@@ -6,16 +6,13 @@
 //! bytes crossing the socket, which on a 2-core guest is most of the time a 16 MiB answer takes. The seals
 //! (no shrinking, growing or writing) are what the daemon checks before it reads the memfd.
 
-use std::fs::File;
-use std::io::{self, IoSlice, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use guestlink_protocol::session::{encode, encode_head, SessionMessage, CAP_CLIPBOARD_FD};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-use nix::sys::memfd::{memfd_create, MFdFlags};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::unix::OwnedWriteHalf;
@@ -43,29 +40,16 @@ pub enum Out {
 /// [`CAP_CLIPBOARD_FD`]) a large clipboard answer becomes a memfd instead. Empty when the message cannot be
 /// encoded.
 pub fn frame(mut msg: SessionMessage, fds: bool) -> Vec<Out> {
-    if fds {
-        if let SessionMessage::ClipboardData {
-            selection,
-            data_type,
-            data,
-        } = &msg
-        {
-            if data.len() >= MEMFD_MIN {
-                match sealed_memfd(data) {
-                    Ok(fd) => {
-                        let m = SessionMessage::ClipboardDataFd {
-                            selection: *selection,
-                            data_type: *data_type,
-                            len: data.len() as u64,
-                        };
-                        if let Ok(head) = encode(&m) {
-                            return vec![Out::WithFd(head, fd)];
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!("no memfd for the clipboard ({e}); sending it inline");
-                    }
-                }
+    if let SessionMessage::ClipboardData {
+        selection,
+        data_type,
+        data,
+    } = &msg
+    {
+        if fds && data.len() >= MEMFD_MIN {
+            match ClipboardMemfd::from_bytes(data) {
+                Ok(memfd) => return frame_memfd(*selection, *data_type, &memfd, true),
+                Err(e) => tracing::debug!("no memfd for the clipboard ({e}); sending it inline"),
             }
         }
     }
@@ -107,7 +91,7 @@ pub fn frame_memfd(
     fds: bool,
 ) -> Vec<Out> {
     if fds {
-        match seal_and_share(memfd) {
+        match memfd.seal_and_share() {
             Ok(fd) => {
                 let m = SessionMessage::ClipboardDataFd {
                     selection,
@@ -146,36 +130,9 @@ pub fn frame_memfd(
     )
 }
 
-/// Seals a backend's memfd against any change and returns a descriptor of it to pass.
-fn seal_and_share(memfd: &ClipboardMemfd) -> io::Result<OwnedFd> {
-    let seals = SealFlag::F_SEAL_SHRINK
-        | SealFlag::F_SEAL_GROW
-        | SealFlag::F_SEAL_WRITE
-        | SealFlag::F_SEAL_SEAL;
-    fcntl(&*memfd.file, FcntlArg::F_ADD_SEALS(seals))?;
-    memfd.file.as_fd().try_clone_to_owned()
-}
-
 /// Whether a daemon hello's capabilities include taking clipboard memfds.
 pub fn takes_fds(capabilities: &[String]) -> bool {
     capabilities.iter().any(|c| c == CAP_CLIPBOARD_FD)
-}
-
-/// A memfd holding `data`, sealed against any change.
-fn sealed_memfd(data: &[u8]) -> io::Result<OwnedFd> {
-    let fd = memfd_create(
-        c"guestlink-clipboard",
-        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-    )?;
-    let mut file = File::from(fd);
-    file.write_all(data)?;
-    let fd = OwnedFd::from(file);
-    let seals = SealFlag::F_SEAL_SHRINK
-        | SealFlag::F_SEAL_GROW
-        | SealFlag::F_SEAL_WRITE
-        | SealFlag::F_SEAL_SEAL;
-    fcntl(&fd, FcntlArg::F_ADD_SEALS(seals))?;
-    Ok(fd)
 }
 
 /// Moves the data part out of `msg` (what `encode_head` left out of the head).

@@ -43,6 +43,42 @@ impl PartialEq for ClipboardMemfd {
 
 impl Eq for ClipboardMemfd {}
 
+impl ClipboardMemfd {
+    /// A new, empty memfd that can be sealed once filled.
+    pub fn create_file() -> std::io::Result<File> {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let fd = memfd_create(
+            c"guestlink-clipboard",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// A memfd holding `data`.
+    pub fn from_bytes(data: &[u8]) -> std::io::Result<Self> {
+        use std::io::Write;
+        let mut file = Self::create_file()?;
+        file.write_all(data)?;
+        Ok(Self {
+            file: Arc::new(file),
+            len: data.len(),
+        })
+    }
+
+    /// Seals the memfd against any change (what guestlinkd checks before reading it) and returns a descriptor
+    /// of it to pass.
+    pub fn seal_and_share(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use std::os::fd::AsFd;
+        let seals = SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(&*self.file, FcntlArg::F_ADD_SEALS(seals))?;
+        self.file.as_fd().try_clone_to_owned()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendEvent {
     /// A guest application owns `selection` now and offers `types`.

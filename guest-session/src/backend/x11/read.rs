@@ -66,12 +66,8 @@ enum IncrBuf {
 
 impl IncrBuf {
     fn new() -> Self {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
-        match memfd_create(
-            c"guestlink-clipboard",
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-        ) {
-            Ok(fd) => Self::File(File::from(fd), 0),
+        match ClipboardMemfd::create_file() {
+            Ok(f) => Self::File(f, 0),
             Err(_) => Self::Mem(Vec::new()),
         }
     }
