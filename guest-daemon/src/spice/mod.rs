@@ -89,8 +89,6 @@ struct Core {
     port_stream: Option<PortStream>,
     /// Port writes waiting for the end of `port_stream`.
     held: VecDeque<Vec<u8>>,
-    /// The memfd of the clipboard answer being routed (see [`Event::MessageFile`]).
-    pending_file: Option<(AgentId, File)>,
 }
 
 /// A clipboard answer being streamed from an agent to the port.
@@ -199,7 +197,6 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         reopen_at: None,
         port_stream: None,
         held: VecDeque::new(),
-        pending_file: None,
     };
     let initial = active_rx.borrow_and_update().clone();
     let acts = core.set_active(initial);
@@ -395,17 +392,20 @@ impl Core {
             }
             Event::MessageFile(id, selection, data_type, file, len) => {
                 if self.agents.contains_key(&id) {
-                    // Routed like a streamed answer; `start_stream` then copies the file instead of waiting for
-                    // pieces.
-                    self.pending_file = Some((id, file));
+                    // Routed like a streamed answer; its data comes from the file instead of in pieces.
                     let msg = SessionMessage::ClipboardData {
                         selection,
                         data_type,
                         data: Vec::new(),
                     };
-                    let acts = self.router.on_agent_stream(id, msg, len);
-                    self.apply(acts).await;
-                    self.pending_file = None;
+                    for a in self.router.on_agent_stream(id, msg, len) {
+                        match a {
+                            Action::PortStream { agent, head, len } => {
+                                self.start_stream(agent, head, len, Some(&file)).await;
+                            }
+                            other => self.apply(vec![other]).await,
+                        }
+                    }
                 }
             }
             Event::StreamData(id, piece) => self.stream_piece(id, &piece).await,
@@ -470,7 +470,14 @@ impl Core {
     }
 
     /// Starts passing `agent`'s streamed data to the port behind `head` (see [`Action::PortStream`]).
-    async fn start_stream(&mut self, agent: AgentId, head: Vec<u8>, len: usize) {
+    /// With `file`, the data is the file's (a checked memfd, see [`Event::MessageFile`]) and is written at once.
+    async fn start_stream(
+        &mut self,
+        agent: AgentId,
+        head: Vec<u8>,
+        len: usize,
+        file: Option<&File>,
+    ) {
         if let Some(s) = &self.port_stream {
             // Only after a session switch in the middle of the previous agent's answer; this one is dropped.
             tracing::warn!(
@@ -483,8 +490,8 @@ impl Core {
         if self.port.is_none() {
             return;
         }
-        if let Some((_, file)) = self.pending_file.take_if(|(a, _)| *a == agent) {
-            return self.write_port_file(&head, &file, len).await;
+        if let Some(file) = file {
+            return self.write_port_file(&head, file, len).await;
         }
         self.write_port(&[&head]).await;
         if self.port.is_some() && len > 0 {
@@ -583,7 +590,7 @@ impl Core {
                 Action::Port(bytes) => self.write_port(&[&bytes]).await,
                 Action::PortData { head, data } => self.write_port(&[&head, &data]).await,
                 Action::PortStream { agent, head, len } => {
-                    self.start_stream(agent, head, len).await;
+                    self.start_stream(agent, head, len, None).await;
                 }
                 Action::Agent(id, msg) => {
                     let Some(tx) = self.agents.get(&id) else {
