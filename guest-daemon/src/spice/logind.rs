@@ -377,32 +377,6 @@ impl Logind {
             }
         }
     }
-
-    #[cfg(test)]
-    /// Publishes the id of the session guestlink serves (see [`Self::follow_active_info`]) into `tx` until every
-    /// receiver is gone.
-    pub async fn follow_active(self, tx: watch::Sender<Option<String>>) {
-        let (info_tx, mut info_rx) = watch::channel(None);
-        let follower = self.follow_active_info(info_tx);
-        tokio::pin!(follower);
-        loop {
-            tokio::select! {
-                _ = &mut follower => return,
-                _ = tx.closed() => return,
-                r = info_rx.changed() => {
-                    if r.is_err() {
-                        return;
-                    }
-                    let id = info_rx.borrow_and_update().as_ref().map(|s| s.id.clone());
-                    tx.send_if_modified(|cur| {
-                        let changed = *cur != id;
-                        *cur = id;
-                        changed
-                    });
-                }
-            }
-        }
-    }
 }
 
 /// Sends `info`: always the first time, later only a change.

@@ -426,18 +426,21 @@ async fn logind_proxies_against_a_fake_login1() {
         zbus::zvariant::Value::from(true).try_into().unwrap()
     );
 
-    // The id follower publishes the served session and its changes (None = none).
-    let (tx, mut rx) = watch::channel(Some("stale".to_owned()));
-    let follower = tokio::spawn(logind.clone().follow_active(tx));
+    // The follower publishes the served session and its changes (None = none).
+    let (tx, mut rx) = watch::channel(served("stale", false, true));
+    let follower = tokio::spawn(logind.clone().follow_active_info(tx));
     tokio::time::timeout(T, rx.wait_for(|s| s.is_none()))
         .await
         .unwrap()
         .unwrap();
     fake.set_active("c1").await;
-    tokio::time::timeout(T, rx.wait_for(|s| s.as_deref() == Some("c1")))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        T,
+        rx.wait_for(|s| s.as_ref().map(|a| a.id.as_str()) == Some("c1")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // A tty session on the seat is not served.
     fake.set_active("c3").await;
     tokio::time::timeout(T, rx.wait_for(|s| s.is_none()))
