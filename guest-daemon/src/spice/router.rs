@@ -248,13 +248,7 @@ impl Router {
         }
     }
 
-    #[cfg(test)]
-    /// Sets the active session ("" in no-logind mode), as an unlocked session that allows file transfer.
-    pub fn set_active_session(&mut self, session: Option<String>) -> Vec<Action> {
-        self.set_active(session, false, true)
-    }
-
-    /// Sets the active session and its state from logind: while `locked`, a client START is answered
+    /// Sets the active session ("" in no-logind mode) and its state from logind: while `locked`, a client START is answered
     /// SESSION_LOCKED (like spice-vdagentd); without `file_xfer_allowed` (a greeter) it is answered DISABLED and
     /// the session's agent gets FILE_XFER_DISABLE.
     pub fn set_active(

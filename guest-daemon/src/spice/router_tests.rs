@@ -42,7 +42,7 @@ fn geometry() -> SessionMessage {
 /// A router with agent 1 of session "s1" active and a spice-gtk client connected.
 fn ready() -> (Router, WireFormat) {
     let mut r = Router::new();
-    r.set_active_session(Some("s1".into()));
+    r.set_active(Some("s1".into()), false, true);
     r.agent_connected(1, "s1".into()).unwrap();
     r.on_agent(1, geometry());
     assert!(r.wants_port());
@@ -68,9 +68,9 @@ fn port_wanted_only_for_the_active_agent_with_geometry() {
     r.agent_connected(1, "s1".into()).unwrap();
     r.on_agent(1, geometry());
     assert!(!r.wants_port(), "no active session yet");
-    r.set_active_session(Some("s2".into()));
+    r.set_active(Some("s2".into()), false, true);
     assert!(!r.wants_port(), "agent of another session");
-    let acts = r.set_active_session(Some("s1".into()));
+    let acts = r.set_active(Some("s1".into()), false, true);
     assert!(r.wants_port());
     assert!(acts.iter().any(|a| matches!(a, Action::Tablet(_))));
     assert_eq!(
@@ -168,7 +168,7 @@ fn inactive_agents_see_nothing_and_transfers_stay_bound() {
     assert!(r.on_agent(2, st(3)).is_empty());
     assert_eq!(port_msgs(&r.on_agent(1, st(0)), wire).len(), 1);
     // Switching the active session releases nothing that was not grabbed, and re-sends the stored state.
-    let acts = r.set_active_session(Some("s2".into()));
+    let acts = r.set_active(Some("s2".into()), false, true);
     assert!(acts
         .iter()
         .all(|a| !matches!(a, Action::Port(_) | Action::PortData { .. })));
