@@ -170,7 +170,7 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
     // Native Wayland first (data-control); it falls through to X11 (Xwayland) when the compositor lacks it.
     let env = detect::SessionEnv::from_env();
     if env.is_wayland() {
-        match wayland::WaylandBackend::start(events.clone(), &env) {
+        match wayland::start(events.clone(), &env) {
             Ok((Some(b), plan)) => {
                 tracing::info!(?plan, "backend wayland: {}", plan.why);
                 return Box::new(b);
@@ -195,7 +195,7 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
             } else {
                 "DISPLAY is set"
             };
-            match x11::X11Backend::start(events.clone()) {
+            match x11::start(events.clone()) {
                 Ok(b) => {
                     tracing::info!(display = ?d, "backend x11: {why}");
                     return Box::new(b);

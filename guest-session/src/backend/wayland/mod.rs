@@ -24,8 +24,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
-use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use guestlink_protocol::session::GeometryMonitor;
+use guestlink_protocol::vdagent::Selection;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use wayland_client::globals::{registry_queue_init, GlobalListContents};
 use wayland_client::protocol::{wl_registry, wl_seat::WlSeat};
@@ -33,25 +33,9 @@ use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
 use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
 use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
-use super::worker::{wake_pair, Worker, WorkerCommand};
+use super::worker::{wake_pair, Command, ThreadBackend, Worker};
 use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
 use data_control::Manager;
-
-/// Work for the Wayland thread.
-#[derive(Debug)]
-enum Command {
-    Grab(Selection, Vec<ClipboardType>),
-    Request(Selection, ClipboardType),
-    Data(Selection, ClipboardType, Vec<u8>),
-    Release(Selection),
-    ReleaseHostOwned,
-    MaxClipboard(Option<usize>),
-    Monitors(Vec<SessionMonitor>),
-    Resync,
-    /// A resize finished elsewhere (kscreen-doctor): report the layout.
-    ReportGeometry,
-    Shutdown,
-}
 
 /// The state owned by the Wayland thread.
 #[derive(Debug)]
@@ -79,152 +63,97 @@ pub(crate) struct State {
     ),
 }
 
-/// The handle of the Wayland backend thread.
-#[derive(Debug)]
-pub struct WaylandBackend {
-    worker: Worker<Command>,
-    features: BackendFeatures,
-}
-
-impl WorkerCommand for Command {
-    fn shutdown() -> Self {
-        Command::Shutdown
+/// Connects to `$WAYLAND_DISPLAY`, reads the globals and chooses by capability. Returns the backend when
+/// data-control is available, else `None` (the caller falls back, following the returned [`Plan`]).
+pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBackend>, Plan)> {
+    let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
+    let (globals, mut queue) =
+        registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
+    let list = detect::Globals(
+        globals
+            .contents()
+            .clone_list()
+            .into_iter()
+            .map(|g| (g.interface, g.version))
+            .collect(),
+    );
+    tracing::debug!(globals = ?list.0, "Wayland globals");
+    let plan = detect::plan(env, Some(&list));
+    if !matches!(
+        plan.clipboard,
+        ClipboardBackend::ExtDataControl | ClipboardBackend::WlrDataControl(_)
+    ) {
+        return Ok((None, plan));
     }
-}
-
-impl WaylandBackend {
-    /// Connects to `$WAYLAND_DISPLAY`, reads the globals and chooses by capability. Returns the backend when
-    /// data-control is available, else `None` (the caller falls back, following the returned [`Plan`]).
-    pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<Self>, Plan)> {
-        let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
-        let (globals, mut queue) =
-            registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
-        let list = detect::Globals(
-            globals
-                .contents()
-                .clone_list()
-                .into_iter()
-                .map(|g| (g.interface, g.version))
-                .collect(),
-        );
-        tracing::debug!(globals = ?list.0, "Wayland globals");
-        let plan = detect::plan(env, Some(&list));
-        if !matches!(
-            plan.clipboard,
-            ClipboardBackend::ExtDataControl | ClipboardBackend::WlrDataControl(_)
-        ) {
-            return Ok((None, plan));
+    let qh = queue.handle();
+    let seat: WlSeat = globals.bind(&qh, 1..=1, ()).context("binding wl_seat")?;
+    let manager = match plan.clipboard {
+        ClipboardBackend::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
+        _ => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+    };
+    let device = manager.get_data_device(&seat, &qh);
+    let clip = clipboard::Clipboard::new(manager, device, plan.clipboard.has_primary());
+    let wlr = match plan.resize {
+        ResizeBackend::WlrOutputManagement => globals
+            .bind(&qh, 1..=2, ())
+            .map(output::Wlr::new)
+            .map_err(|e| tracing::warn!("binding zwlr_output_manager_v1: {e}"))
+            .ok(),
+        _ => None,
+    };
+    let mut state = State {
+        events: events.clone(),
+        qh: qh.clone(),
+        clip: Some(clip),
+        outputs: Vec::new(),
+        xdg_outputs: globals.bind(&qh, 1..=3, ()).ok(),
+        wlr,
+        max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
+        outputs_changed: false,
+        need_geometry: false,
+        kde_follow: (
+            std::sync::Arc::new(std::sync::Mutex::new(follow_preferred::Follower::from_env())),
+            std::sync::Arc::default(),
+        ),
+        last_geometry: None,
+        fatal: None,
+        kscreen: None,
+    };
+    for g in globals.contents().clone_list() {
+        if g.interface == "wl_output" {
+            state.bind_output(globals.registry(), g.name, g.version);
         }
-        let qh = queue.handle();
-        let seat: WlSeat = globals.bind(&qh, 1..=1, ()).context("binding wl_seat")?;
-        let manager = match plan.clipboard {
-            ClipboardBackend::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
-            _ => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
-        };
-        let device = manager.get_data_device(&seat, &qh);
-        let clip = clipboard::Clipboard::new(manager, device, plan.clipboard.has_primary());
-        let wlr = match plan.resize {
-            ResizeBackend::WlrOutputManagement => globals
-                .bind(&qh, 1..=2, ())
-                .map(output::Wlr::new)
-                .map_err(|e| tracing::warn!("binding zwlr_output_manager_v1: {e}"))
-                .ok(),
-            _ => None,
-        };
-        let mut state = State {
-            events: events.clone(),
-            qh: qh.clone(),
-            clip: Some(clip),
-            outputs: Vec::new(),
-            xdg_outputs: globals.bind(&qh, 1..=3, ()).ok(),
-            wlr,
-            max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
-            outputs_changed: false,
-            need_geometry: false,
-            kde_follow: (
-                std::sync::Arc::new(std::sync::Mutex::new(follow_preferred::Follower::from_env())),
-                std::sync::Arc::default(),
-            ),
-            last_geometry: None,
-            fatal: None,
-            kscreen: None,
-        };
-        for g in globals.contents().clone_list() {
-            if g.interface == "wl_output" {
-                state.bind_output(globals.registry(), g.name, g.version);
+    }
+    // Two round trips: globals' first events, then the objects they created (offers, heads, modes).
+    queue.roundtrip(&mut state).context("Wayland round trip")?;
+    queue.roundtrip(&mut state).context("Wayland round trip")?;
+    let (wake_tx, wake_rx) = wake_pair()?;
+    let (tx, rx) = mpsc::channel();
+    if plan.resize == ResizeBackend::KscreenDoctor {
+        if kde::available() {
+            state.kscreen = Some((tx.clone(), wake_tx.try_clone()?));
+        } else {
+            tracing::warn!(
+                "KDE without kscreen-doctor (libkf5screen-bin / kscreen): cannot resize"
+            );
+        }
+    }
+    let features = BackendFeatures {
+        clipboard: true,
+        primary: plan.clipboard.has_primary(),
+        resize: state.wlr.is_some() || state.kscreen.is_some(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("wayland".into())
+        .spawn(move || {
+            if let Err(e) = state.run(&mut queue, &rx, &wake_rx) {
+                tracing::error!("Wayland backend stopped: {e:#}");
+                let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
             }
-        }
-        // Two round trips: globals' first events, then the objects they created (offers, heads, modes).
-        queue.roundtrip(&mut state).context("Wayland round trip")?;
-        queue.roundtrip(&mut state).context("Wayland round trip")?;
-        let (wake_tx, wake_rx) = wake_pair()?;
-        let (tx, rx) = mpsc::channel();
-        if plan.resize == ResizeBackend::KscreenDoctor {
-            if kde::available() {
-                state.kscreen = Some((tx.clone(), wake_tx.try_clone()?));
-            } else {
-                tracing::warn!(
-                    "KDE without kscreen-doctor (libkf5screen-bin / kscreen): cannot resize"
-                );
-            }
-        }
-        let features = BackendFeatures {
-            clipboard: true,
-            primary: plan.clipboard.has_primary(),
-            resize: state.wlr.is_some() || state.kscreen.is_some(),
-        };
-        let thread = std::thread::Builder::new()
-            .name("wayland".into())
-            .spawn(move || {
-                if let Err(e) = state.run(&mut queue, &rx, &wake_rx) {
-                    tracing::error!("Wayland backend stopped: {e:#}");
-                    let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
-                }
-            })
-            .context("spawning the Wayland thread")?;
-        let backend = Self {
-            worker: Worker::new(tx, wake_tx, thread),
-            features,
-        };
-        Ok((Some(backend), plan))
-    }
-
-    fn send(&self, cmd: Command) {
-        self.worker.send(cmd);
-    }
-}
-
-impl DesktopBackend for WaylandBackend {
-    fn name(&self) -> &'static str {
-        "wayland"
-    }
-    fn features(&self) -> BackendFeatures {
-        self.features
-    }
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>) {
-        self.send(Command::Grab(selection, types));
-    }
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType) {
-        self.send(Command::Request(selection, data_type));
-    }
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>) {
-        self.send(Command::Data(selection, data_type, data));
-    }
-    fn clipboard_release(&self, selection: Selection) {
-        self.send(Command::Release(selection));
-    }
-    fn release_host_selections(&self) {
-        self.send(Command::ReleaseHostOwned);
-    }
-    fn set_max_clipboard(&self, max: Option<usize>) {
-        self.send(Command::MaxClipboard(max));
-    }
-    fn apply_monitors(&self, _flags: u32, monitors: Vec<SessionMonitor>) {
-        self.send(Command::Monitors(monitors));
-    }
-    fn resync(&self) {
-        self.send(Command::Resync);
-    }
+        })
+        .context("spawning the Wayland thread")?;
+    let backend = ThreadBackend::new("wayland", features, Worker::new(tx, wake_tx, thread));
+    Ok((Some(backend), plan))
 }
 
 impl State {
@@ -253,7 +182,7 @@ impl State {
                     .unwrap_or(super::x11::HARD_MAX_CLIPBOARD)
                     .min(super::x11::HARD_MAX_CLIPBOARD);
             }
-            Command::Monitors(m) => match &self.kscreen {
+            Command::Monitors(_, m) => match &self.kscreen {
                 Some((tx, wake)) if self.wlr.is_none() => {
                     if let Ok(mut f) = self.kde_follow.0.lock() {
                         f.host_request(Instant::now());
@@ -441,7 +370,7 @@ pub fn gnome(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>
         }
     });
     let clipboard: Box<dyn DesktopBackend> = match plan.clipboard {
-        ClipboardBackend::X11 => match super::x11::X11Backend::start(tx.clone()) {
+        ClipboardBackend::X11 => match super::x11::start(tx.clone()) {
             Ok(b) => Box::new(b),
             Err(e) => {
                 tracing::warn!("X11 clipboard on Xwayland failed to start: {e:#}");

@@ -1,7 +1,7 @@
 //! The X11 backend: clipboard (CLIPBOARD and PRIMARY, INCR both ways) and RandR resize, with x11rb.
 //!
 //! One dedicated thread owns a blocking [`RustConnection`]. It waits with `poll(2)` on the X connection and on a
-//! wake-up socket; [`X11Backend`] (the handle) queues [`Command`]s and writes one byte to wake it. Nothing in the
+//! wake-up socket; the handle ([`ThreadBackend`], from [`start`]) queues [`Command`]s and writes one byte to wake it. Nothing in the
 //! thread waits without a deadline: reads from guest applications, host answers and INCR transfers all expire
 //! (see [`serve`] and [`read`]). Events travel back as [`BackendEvent`]s.
 
@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
+use guestlink_protocol::session::GeometryMonitor;
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use x11rb::connection::{Connection, RequestConnection as _};
@@ -33,101 +33,39 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
 use self::atoms::Atoms;
-use super::worker::{wake_pair, Worker, WorkerCommand};
-use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use super::worker::{wake_pair, Command, ThreadBackend, Worker};
+use super::{BackendEvent, BackendFeatures, EventSender};
 
 /// Hard cap on clipboard data read from guest applications, below the session frame limit.
 pub const HARD_MAX_CLIPBOARD: usize = 64 * 1024 * 1024 - 64 * 1024;
 /// Largest INCR chunk we write (spice-vdagent uses the same cap).
 const MAX_CHUNK: usize = 256 * 1024;
 
-/// Work for the X11 thread.
-#[derive(Debug)]
-enum Command {
-    Grab(Selection, Vec<ClipboardType>),
-    Request(Selection, ClipboardType),
-    Data(Selection, ClipboardType, Vec<u8>),
-    Release(Selection),
-    ReleaseHostOwned,
-    MaxClipboard(Option<usize>),
-    Monitors(u32, Vec<SessionMonitor>),
-    Resync,
-    Shutdown,
-}
-
-/// The handle of the X11 backend thread.
-#[derive(Debug)]
-pub struct X11Backend {
-    worker: Worker<Command>,
-}
-
-impl WorkerCommand for Command {
-    fn shutdown() -> Self {
-        Command::Shutdown
-    }
-}
-
-impl X11Backend {
-    /// Connects to `$DISPLAY` and starts the thread.
-    pub fn start(events: EventSender) -> Result<Self> {
-        let (wake_tx, wake_rx) = wake_pair()?;
-        let state = X11::connect(events.clone(), wake_rx)?;
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("x11".into())
-            .spawn(move || {
-                let mut state = state;
-                if let Err(e) = state.run(&rx) {
-                    tracing::error!("X11 backend stopped: {e:#}");
-                    let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
-                }
-            })
-            .context("spawning the X11 thread")?;
-        Ok(Self {
-            worker: Worker::new(tx, wake_tx, thread),
+/// Connects to `$DISPLAY` and starts the X11 thread.
+pub fn start(events: EventSender) -> Result<ThreadBackend> {
+    let (wake_tx, wake_rx) = wake_pair()?;
+    let state = X11::connect(events.clone(), wake_rx)?;
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("x11".into())
+        .spawn(move || {
+            let mut state = state;
+            if let Err(e) = state.run(&rx) {
+                tracing::error!("X11 backend stopped: {e:#}");
+                let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
+            }
         })
-    }
-
-    fn send(&self, cmd: Command) {
-        self.worker.send(cmd);
-    }
-}
-
-impl DesktopBackend for X11Backend {
-    fn name(&self) -> &'static str {
-        "x11"
-    }
-    fn features(&self) -> BackendFeatures {
-        BackendFeatures {
-            clipboard: true,
-            primary: true,
-            resize: true,
-        }
-    }
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>) {
-        self.send(Command::Grab(selection, types));
-    }
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType) {
-        self.send(Command::Request(selection, data_type));
-    }
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>) {
-        self.send(Command::Data(selection, data_type, data));
-    }
-    fn clipboard_release(&self, selection: Selection) {
-        self.send(Command::Release(selection));
-    }
-    fn release_host_selections(&self) {
-        self.send(Command::ReleaseHostOwned);
-    }
-    fn set_max_clipboard(&self, max: Option<usize>) {
-        self.send(Command::MaxClipboard(max));
-    }
-    fn apply_monitors(&self, flags: u32, monitors: Vec<SessionMonitor>) {
-        self.send(Command::Monitors(flags, monitors));
-    }
-    fn resync(&self) {
-        self.send(Command::Resync);
-    }
+        .context("spawning the X11 thread")?;
+    let features = BackendFeatures {
+        clipboard: true,
+        primary: true,
+        resize: true,
+    };
+    Ok(ThreadBackend::new(
+        "x11",
+        features,
+        Worker::new(tx, wake_tx, thread),
+    ))
 }
 
 /// Index of a handled selection (0 = CLIPBOARD, 1 = PRIMARY).
@@ -401,7 +339,7 @@ impl X11 {
                 self.report_geometry(true)?;
                 self.reannounce();
             }
-            Command::Shutdown => {}
+            Command::ReportGeometry | Command::Shutdown => {}
         }
         Ok(())
     }
