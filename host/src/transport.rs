@@ -249,13 +249,18 @@ impl StreamTransport {
     }
 }
 
+/// The `execute` name of a request, for errors and logs ("request" when it has none).
+fn command_name(request: &Map<String, Value>) -> String {
+    request
+        .get("execute")
+        .and_then(Value::as_str)
+        .unwrap_or("request")
+        .to_owned()
+}
+
 impl Transport for StreamTransport {
     fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value> {
-        let command = request
-            .get("execute")
-            .and_then(Value::as_str)
-            .unwrap_or("request")
-            .to_owned();
+        let command = command_name(&request);
         let id = self.send(request)?;
         self.receive(&id, &command, timeout)
     }
@@ -368,11 +373,7 @@ impl VirshTransport {
 
 impl Transport for VirshTransport {
     fn exchange(&mut self, request: Map<String, Value>, timeout: Duration) -> Result<Value> {
-        let command = request
-            .get("execute")
-            .and_then(Value::as_str)
-            .unwrap_or("request")
-            .to_owned();
+        let command = command_name(&request);
         let json = Value::Object(request).to_string();
         // The request is one virsh argument; Linux refuses (E2BIG) an argument of 128 KiB or more.
         if json.len() >= MAX_VIRSH_ARG {
