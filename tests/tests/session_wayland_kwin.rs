@@ -90,15 +90,7 @@ fn kscreen_doctor_resize_on_kwin_keeps_unlisted_sizes() {
         ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
     ]);
     h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
-    let mon = |width, height| SessionMonitor {
-        width,
-        height,
-        depth: 32,
-        x: 0,
-        y: 0,
-        mm_width: None,
-        mm_height: None,
-    };
+    let mon = |width, height| SessionMonitor::sized(width, height, 0, 0);
     h.send(&SessionMessage::MonitorsConfig {
         flags: 0,
         monitors: vec![mon(1024, 768)],

@@ -203,15 +203,7 @@ impl Drop for Mutter {
 }
 
 fn monitor(width: u32, height: u32) -> SessionMonitor {
-    SessionMonitor {
-        width,
-        height,
-        depth: 32,
-        x: 0,
-        y: 0,
-        mm_width: None,
-        mm_height: None,
-    }
+    SessionMonitor::sized(width, height, 0, 0)
 }
 
 #[test]

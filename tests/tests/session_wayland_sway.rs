@@ -173,15 +173,7 @@ fn monitors_config_sets_a_custom_mode() {
     for (w, hh) in [(1024u32, 768u32), (1600, 900)] {
         h.send(&SessionMessage::MonitorsConfig {
             flags: 0,
-            monitors: vec![SessionMonitor {
-                width: w,
-                height: hh,
-                depth: 32,
-                x: 0,
-                y: 0,
-                mm_width: None,
-                mm_height: None,
-            }],
+            monitors: vec![SessionMonitor::sized(w, hh, 0, 0)],
         });
         h.expect(&format!("geometry {w}x{hh}"), |m| {
             matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 1 && monitors[0].width == w && monitors[0].height == hh)
@@ -207,15 +199,7 @@ fn two_monitors_with_positions() {
         "geometry with two outputs",
         |m| matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2),
     );
-    let mon = |width, height, x| SessionMonitor {
-        width,
-        height,
-        depth: 32,
-        x,
-        y: 0,
-        mm_width: None,
-        mm_height: None,
-    };
+    let mon = |width, height, x| SessionMonitor::sized(width, height, x, 0);
     h.send(&SessionMessage::MonitorsConfig {
         flags: 0,
         monitors: vec![mon(1024, 768, 0), mon(800, 600, 1024)],

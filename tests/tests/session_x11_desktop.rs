@@ -12,15 +12,7 @@ use guestlink_protocol::session::{GeometryMonitor, SessionMessage, SessionMonito
 use support::{tools_present, Harness, Xvfb};
 
 fn mon(width: u32, height: u32, x: i32, y: i32) -> SessionMonitor {
-    SessionMonitor {
-        width,
-        height,
-        depth: 32,
-        x,
-        y,
-        mm_width: None,
-        mm_height: None,
-    }
+    SessionMonitor::sized(width, height, x, y)
 }
 
 fn geometry(h: &Harness, w: u32, hh: u32) -> Vec<GeometryMonitor> {

@@ -43,6 +43,21 @@ pub struct SessionMonitor {
     pub mm_height: Option<u16>,
 }
 
+impl SessionMonitor {
+    /// A `width`×`height` monitor at (`x`, `y`), 32-bit depth, physical size unknown.
+    pub fn sized(width: u32, height: u32, x: i32, y: i32) -> Self {
+        Self {
+            width,
+            height,
+            depth: 32,
+            x,
+            y,
+            mm_width: None,
+            mm_height: None,
+        }
+    }
+}
+
 /// One display device entry (from GRAPHICS_DEVICE_INFO).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionDeviceDisplay {

@@ -298,15 +298,7 @@ mod tests {
         );
         assert_eq!(changed[0].0.preferred, Some((1920, 1080)));
         assert_eq!(changed[0].1.as_deref(), Some("1"));
-        let m = SessionMonitor {
-            width: 1024,
-            height: 768,
-            depth: 32,
-            x: 0,
-            y: 0,
-            mm_width: None,
-            mm_height: None,
-        };
+        let m = SessionMonitor::sized(1024, 768, 0, 0);
         let (args, w) = arguments(&o, &[m]);
         assert!(w.is_empty());
         assert!(args.contains(&"output.Virtual-0.mode.2".to_owned()));

@@ -133,15 +133,7 @@ fn follow_config(s: &State, follow: &[Follow<'_>]) -> Vec<SessionMonitor> {
                 .iter()
                 .find(|f| f.name == id.0)
                 .map_or((w, h), |f| (f.width, f.height));
-            SessionMonitor {
-                width: w,
-                height: h,
-                depth: 32,
-                x,
-                y,
-                mm_width: None,
-                mm_height: None,
-            }
+            SessionMonitor::sized(w, h, x, y)
         })
         .collect()
 }
@@ -421,15 +413,7 @@ mod tests {
         );
         let g = geometry(&s);
         assert_eq!((g[0].width, g[0].height), (1280, 800));
-        let m = SessionMonitor {
-            width: 1024,
-            height: 768,
-            depth: 32,
-            x: 0,
-            y: 0,
-            mm_width: None,
-            mm_height: None,
-        };
+        let m = SessionMonitor::sized(1024, 768, 0, 0);
         let p = plan(&s, &[m]).expect("plan");
         assert_eq!(p[0].5[0].1, "1024x768@60");
         assert!(plan(&s, &[SessionMonitor { width: 0, ..m }]).is_err());

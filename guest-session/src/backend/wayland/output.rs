@@ -225,15 +225,7 @@ impl State {
                     .iter()
                     .find(|f| f.name == *name)
                     .map_or((cw, ch), |f| (f.width, f.height));
-                SessionMonitor {
-                    width,
-                    height,
-                    depth: 32,
-                    x,
-                    y,
-                    mm_width: None,
-                    mm_height: None,
-                }
+                SessionMonitor::sized(width, height, x, y)
             })
             .collect();
         self.wlr_apply(monitors, 1);

@@ -450,15 +450,7 @@ mod tests {
     use super::*;
 
     fn mon(w: u32, h: u32, x: i32, y: i32) -> SessionMonitor {
-        SessionMonitor {
-            width: w,
-            height: h,
-            depth: 32,
-            x,
-            y,
-            mm_width: None,
-            mm_height: None,
-        }
+        SessionMonitor::sized(w, h, x, y)
     }
 
     #[test]
