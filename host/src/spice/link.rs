@@ -199,6 +199,13 @@ impl SpiceLink {
         self.io.write_all(&bytes).map_err(SpiceError::Io)
     }
 
+    /// Sends several messages of type `msg_type`, already framed into `batch` by the caller, in one write. The
+    /// caller builds `batch` with [`encode_raw_message_into`](guestlink_protocol::vdagent::encode_raw_message_into)
+    /// in [`ChunkMode::Split`], as [`SpiceLink::send_raw`] would.
+    pub fn send_framed(&mut self, batch: &[u8]) -> Result<(), SpiceError> {
+        self.io.write_all(batch).map_err(SpiceError::Io)
+    }
+
     /// The next message other than capabilities (which are handled here), or `None` at `deadline`.
     pub fn recv_until(&mut self, deadline: Instant) -> Result<Option<(Port, Message)>, SpiceError> {
         loop {

@@ -10,14 +10,32 @@ use guestlink_protocol::vdagent::file_xfer::{
     G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
 };
 use guestlink_protocol::vdagent::{
-    ClipboardType, FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus,
-    Message, MessageType, MonitorConfig, MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
+    encode_raw_message_into, ChunkMode, ClipboardType, FileXferData, FileXferDetail,
+    FileXferResult, FileXferStart, FileXferStatus, Message, MessageType, MonitorConfig,
+    MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
 };
 
 use super::{SpiceError, SpiceLink};
 
+/// Reads until `buf` is full or the file ends; the count read.
+fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// Bytes per FILE_XFER_DATA message (spice-gtk's `FILE_XFER_CHUNK_SIZE`).
 pub const FILE_CHUNK: usize = 64 * 1024;
+/// FILE_XFER_DATA messages framed into one write (1 MiB of file data): a sixteenth of the syscalls and of the
+/// checks for a guest abort, with the messages on the wire unchanged.
+const FILE_BATCH: usize = 16;
 
 /// A display selection name.
 pub fn selection_name(s: Selection) -> String {
@@ -380,24 +398,42 @@ pub fn send_file(
         return Err(fail(&st));
     }
     let mut sent = 0u64;
-    // The DATA payload is built in place: the file is read straight in behind the fixed fields.
+    // Each DATA payload is built in place (the file is read straight in behind the fixed fields), then framed
+    // into a batch that goes out in one write.
     let head = FileXferData::HEAD_SIZE;
     let mut payload = vec![0u8; head + FILE_CHUNK];
-    loop {
-        let n = file
-            .read(&mut payload[head..])
-            .map_err(|e| local("cannot read", e))?;
-        // A zero-length file still gets one empty DATA message (like spice-gtk).
-        if n == 0 && sent > 0 {
+    let mut batch = Vec::with_capacity(FILE_BATCH * (FILE_CHUNK + FILE_CHUNK / 32 * 8 + 64));
+    let mut eof = false;
+    while !eof {
+        batch.clear();
+        let mut batched = 0;
+        for _ in 0..FILE_BATCH {
+            let n =
+                read_full(&mut file, &mut payload[head..]).map_err(|e| local("cannot read", e))?;
+            eof = n < FILE_CHUNK;
+            // A zero-length file still gets one empty DATA message (like spice-gtk).
+            if n == 0 && (sent > 0 || batched > 0) {
+                break;
+            }
+            payload[..head].copy_from_slice(&FileXferData::payload_head(id, n));
+            encode_raw_message_into(
+                &mut batch,
+                Port::Client,
+                MessageType::FileXferData.as_u32(),
+                &payload[..head + n],
+                ChunkMode::Split,
+            )
+            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
+            batched += n;
+            if eof {
+                break;
+            }
+        }
+        if batch.is_empty() {
             break;
         }
-        payload[..head].copy_from_slice(&FileXferData::payload_head(id, n));
-        link.send_raw(
-            Port::Client,
-            MessageType::FileXferData,
-            &payload[..head + n],
-        )?;
-        sent += n as u64;
+        link.send_framed(&batch)?;
+        sent += batched as u64;
         progress(sent, size);
         // The guest may abort mid-way.
         while let Some((_, m)) = link.try_recv()? {
@@ -410,9 +446,6 @@ pub fn send_file(
                     };
                 }
             }
-        }
-        if n == 0 {
-            break;
         }
     }
     let st = wait_status(

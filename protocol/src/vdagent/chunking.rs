@@ -45,6 +45,21 @@ pub fn encode_raw_message(
     frame_message_bytes(port, &header.encode(), payload, mode)
 }
 
+/// [`encode_raw_message`] appending to `out`, for a sender that batches many messages into one write.
+pub fn encode_raw_message_into(
+    out: &mut Vec<u8>,
+    port: Port,
+    msg_type: u32,
+    payload: &[u8],
+    mode: ChunkMode,
+) -> Result<(), VdagentError> {
+    let header = MessageHeader::new(
+        msg_type,
+        len_u32(payload.len(), "payload larger than 4 GiB")?,
+    );
+    frame_message_into(out, port, &header.encode(), payload, mode)
+}
+
 /// Wraps message bytes (`header` then `payload`) in chunk headers.
 pub fn frame_message_bytes(
     port: Port,
@@ -52,6 +67,19 @@ pub fn frame_message_bytes(
     payload: &[u8],
     mode: ChunkMode,
 ) -> Result<Vec<u8>, VdagentError> {
+    let mut out = Vec::new();
+    frame_message_into(&mut out, port, header, payload, mode)?;
+    Ok(out)
+}
+
+/// [`frame_message_bytes`] appending to `out`.
+pub fn frame_message_into(
+    out: &mut Vec<u8>,
+    port: Port,
+    header: &[u8; MESSAGE_HEADER_SIZE],
+    payload: &[u8],
+    mode: ChunkMode,
+) -> Result<(), VdagentError> {
     let total = MESSAGE_HEADER_SIZE + payload.len();
     let max = match mode {
         ChunkMode::Split => MAX_CHUNK_DATA_SIZE,
@@ -61,7 +89,7 @@ pub fn frame_message_bytes(
         }
     };
     let chunks = total.div_ceil(max.max(1));
-    let mut out = Vec::with_capacity(total + chunks * CHUNK_HEADER_SIZE);
+    out.reserve(total + chunks * CHUNK_HEADER_SIZE);
     let mut offset = 0;
     while offset < total {
         let n = (total - offset).min(max);
@@ -85,7 +113,7 @@ pub fn frame_message_bytes(
         }
         offset = end;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// [`encode_message`] in [`ChunkMode::Single`], split so that bulk data need not be copied into a new buffer:
