@@ -573,7 +573,8 @@ pub fn push(
     })
 }
 
-fn read_full(r: &mut (impl Read + ?Sized), buf: &mut [u8]) -> std::io::Result<usize> {
+/// Reads until `buf` is full or the input ends; the count read.
+pub(crate) fn read_full(r: &mut (impl Read + ?Sized), buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

@@ -1,7 +1,6 @@
 //! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -16,20 +15,7 @@ use guestlink_protocol::vdagent::{
 };
 
 use super::{SpiceError, SpiceLink};
-
-/// Reads until `buf` is full or the file ends; the count read.
-fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
+use crate::file::read_full;
 
 /// Bytes per FILE_XFER_DATA message (spice-gtk's `FILE_XFER_CHUNK_SIZE`).
 pub const FILE_CHUNK: usize = 64 * 1024;
