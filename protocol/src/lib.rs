@@ -4,6 +4,7 @@
 //! (stream framing, chunk reassembly) that the transports feed. Every length read from the wire is bounded.
 #![forbid(unsafe_code)]
 
+mod growth;
 pub mod keyfile;
 pub mod qga;
 pub mod session;

@@ -7,6 +7,7 @@ use super::frame::{
     FrameHeader, FRAME_HEADER_SIZE, FRAME_MAGIC, FRAME_VERSION, MAX_FRAME_BODY, MAX_META_SIZE,
 };
 use super::message::{SessionMessage, MAX_KIND};
+use crate::growth::grow_within;
 
 /// What [`FrameDecoder::feed_events`] produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +194,7 @@ impl FrameDecoder {
                 }
                 Phase::Data { data, .. } => {
                     let n = self.left.min(input.len());
-                    grow_for(data, n, self.left);
+                    grow_within(data, n, data.len() + self.left);
                     data.extend_from_slice(&input[..n]);
                     self.left -= n;
                     input = &input[n..];
@@ -355,15 +356,4 @@ fn decode_meta(kind: u16, meta: &[u8], no_data: bool) -> Result<SessionMessage, 
         return Err(SessionError::UnexpectedData(kind));
     }
     Ok(message)
-}
-
-/// Grows `buf` for `n` more bytes of a data part with `left` bytes still to come: doubling (so the capacity
-/// stays within twice the bytes received) but never past the announced size.
-fn grow_for(buf: &mut Vec<u8>, n: usize, left: usize) {
-    let len = buf.len();
-    if len + n <= buf.capacity() {
-        return;
-    }
-    let target = (buf.capacity() * 2).max(len + n).min(len + left);
-    buf.reserve_exact(target - len);
 }

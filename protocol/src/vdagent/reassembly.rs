@@ -11,6 +11,7 @@ use super::header::{
     ChunkHeader, MessageHeader, Port, CHUNK_HEADER_SIZE, MAX_CHUNK_DATA_SIZE, MESSAGE_HEADER_SIZE,
 };
 use super::message::RawMessage;
+use crate::growth::grow_within;
 
 /// Default maximum payload size: 64 MiB of data plus 4 KiB for headers and selection prefixes.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 64 * 1024 * 1024 + 4096;
@@ -217,7 +218,7 @@ impl Reassembler {
             let Some(header) = state.header else { break };
             let needed = header.size as usize - state.payload.len();
             let n = needed.min(data.len());
-            grow_for(&mut state.payload, n, header.size as usize);
+            grow_within(&mut state.payload, n, header.size as usize);
             state.payload.extend_from_slice(&data[..n]);
             data = &data[n..];
             if state.payload.len() == header.size as usize {
@@ -235,17 +236,4 @@ impl Reassembler {
         self.current = (chunk.remaining > 0).then_some(chunk);
         Ok(())
     }
-}
-
-/// Makes room for `n` more bytes in `payload` of a message of `size` bytes: doubling as bytes arrive (so memory
-/// stays within twice what was received) but never past `size`, so the last step is exact. A 64 KiB message then
-/// ends in a 64 KiB buffer rather than a 128 KiB one, which the allocator would map and unmap for every message
-/// of a bulk transfer.
-fn grow_for(payload: &mut Vec<u8>, n: usize, size: usize) {
-    let len = payload.len();
-    if payload.capacity() - len >= n {
-        return;
-    }
-    let want = (payload.capacity() * 2).max(len + n).min(size);
-    payload.reserve_exact(want - len);
 }
