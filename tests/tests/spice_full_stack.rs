@@ -12,10 +12,10 @@ mod spice_common;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 
-use guestlink_tests::agent::guestlinkd_path;
 use sha2::{Digest, Sha256};
 use spice_common::{
-    guestlink_bin, ok, payload, peers, session_bin, start_relay, wait_for, xvfb, Procs, SpiceEnv,
+    guestlink_bin, guestlinkd_spice, ok, payload, peers, session_bin, start_relay, wait_for, xvfb,
+    Procs, SpiceEnv,
 };
 
 /// How the "virtio port" is emulated.
@@ -29,7 +29,7 @@ enum Link {
 
 fn start(link: Link) -> Option<SpiceEnv> {
     peers(&["Xvfb", "xclip", "xrandr", "socat"])?;
-    let (guestlinkd, session, _) = (guestlinkd_path(), session_bin(), guestlink_bin());
+    let (session, _) = (session_bin(), guestlink_bin());
     let dir = tempfile::tempdir().unwrap();
     let mut procs = Procs::default();
     let display = xvfb(&mut procs);
@@ -54,23 +54,12 @@ fn start(link: Link) -> Option<SpiceEnv> {
             (vport, host, None)
         }
     };
-    std::fs::create_dir(dir.path().join("state")).unwrap();
     std::fs::create_dir(dir.path().join("downloads")).unwrap();
     std::fs::create_dir(dir.path().join("run")).unwrap();
     let sock = dir.path().join("session.sock");
     let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
     procs.0.push(
-        Command::new(guestlinkd)
-            .args(["-m", "none", "--foreground", "--no-logind"])
-            .arg("-t")
-            .arg(dir.path().join("state"))
-            .arg("--spice-path")
-            .arg(&vport)
-            .arg("--session-socket")
-            .arg(&sock)
-            .arg("--uinput-fake")
-            .arg(dir.path().join("uinput"))
-            .stdin(Stdio::null())
+        guestlinkd_spice(dir.path(), &vport, &sock)
             .stderr(log("guestlinkd.log"))
             .spawn()
             .expect("guestlinkd"),

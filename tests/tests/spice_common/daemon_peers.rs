@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::{self, FrameDecoder, GeometryMonitor, SessionMessage};
@@ -14,7 +14,6 @@ use guestlink_protocol::vdagent::{
     MonitorConfig, MonitorMm, MonitorsConfig, Port, Reassembler, ReassemblerConfig, ReplyResult,
     WireFormat,
 };
-use guestlink_tests::agent::guestlinkd_path;
 
 /// Bound for each wait on the daemon (as `spice_daemon.rs` always used). Deliberately the same name as
 /// [`super::TIMEOUT`]: a test file imports one of them, never both by glob.
@@ -264,20 +263,9 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         let vport = dir.path().join("vport.sock");
         let listener = UnixListener::bind(&vport).unwrap();
-        std::fs::create_dir(dir.path().join("state")).unwrap();
-        let child = Command::new(guestlinkd_path())
-            .args(["-m", "none", "--foreground", "--no-logind"])
-            .arg("-t")
-            .arg(dir.path().join("state"))
-            .arg("--spice-path")
-            .arg(&vport)
-            .arg("--session-socket")
-            .arg(dir.path().join("session.sock"))
-            .arg("--uinput-fake")
-            .arg(dir.path().join("uinput"))
+        let child = super::guestlinkd_spice(dir.path(), &vport, &dir.path().join("session.sock"))
             .env("RUST_LOG", "debug")
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
             .spawn()
             .expect("start guestlinkd");
         Setup {

@@ -27,6 +27,24 @@ pub fn session_bin() -> &'static PathBuf {
     guestlink_tests::bins::session_path()
 }
 
+/// guestlinkd as the SPICE tests run it: SPICE side only (`-m none`), no logind, in the foreground, its state
+/// in `dir/state` (created here) and the fake uinput at `dir/uinput`, serving `port` and `session_socket`.
+pub fn guestlinkd_spice(dir: &Path, port: &Path, session_socket: &Path) -> Command {
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let mut cmd = Command::new(guestlink_tests::agent::guestlinkd_path());
+    cmd.args(["-m", "none", "--foreground", "--no-logind"])
+        .arg("-t")
+        .arg(dir.join("state"))
+        .arg("--spice-path")
+        .arg(port)
+        .arg("--session-socket")
+        .arg(session_socket)
+        .arg("--uinput-fake")
+        .arg(dir.join("uinput"))
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// Absolute path of a system program.
 pub fn which(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
