@@ -105,6 +105,21 @@ fn host_clipboard(host: &mut Host) -> (Selection, ClipboardType, Vec<u8>) {
     })
 }
 
+/// The agent answers the pending request with `text`; the host must get exactly it (`what` names the case).
+fn answer_arrives(host: &mut Host, agent: &mut Agent, text: &[u8], what: &str) {
+    agent.send(&SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: text.to_vec(),
+    });
+    let (_, _, got) = host_clipboard(host);
+    assert!(
+        got == text,
+        "{what}: the answer differs ({} bytes)",
+        got.len()
+    );
+}
+
 /// Reads the port once (up to the host's 200 ms read timeout): bytes read, `None` at EOF.
 fn pump(host: &mut Host) -> Option<usize> {
     let mut b = vec![0u8; 65536];
@@ -367,12 +382,12 @@ fn unusable_or_missing_memfd_answers_an_empty_clipboard() {
     expect_empty(&mut host, "len over the limit");
     // The agent is still connected and served: an ordinary answer goes through.
     request(&mut host, &mut agent, Selection::Clipboard);
-    agent.send(&SessionMessage::ClipboardData {
-        selection: Selection::Clipboard,
-        data_type: ClipboardType::Utf8Text,
-        data: b"still here".to_vec(),
-    });
-    assert_eq!(host_clipboard(&mut host).2, b"still here");
+    answer_arrives(
+        &mut host,
+        &mut agent,
+        b"still here",
+        "after the refused memfds",
+    );
     assert!(
         !agent_sees_eof(&mut agent, Duration::from_millis(500)),
         "the agent was disconnected"
@@ -605,17 +620,11 @@ fn host_closing_mid_answer_reopens_the_port_cleanly() {
         matches!(m, SessionMessage::ClientConnected).then_some(())
     });
     grab_and_request(&mut host, &mut agent);
-    let fresh = payload(100 * 1024, 11);
-    agent.send(&SessionMessage::ClipboardData {
-        selection: Selection::Clipboard,
-        data_type: ClipboardType::Utf8Text,
-        data: fresh.clone(),
-    });
-    let (_, _, got) = host_clipboard(&mut host);
-    assert!(
-        got == fresh,
-        "the answer after the reopen differs ({} bytes)",
-        got.len()
+    answer_arrives(
+        &mut host,
+        &mut agent,
+        &payload(100 * 1024, 11),
+        "after the reopen",
     );
     still_serving(&mut host);
     assert!(s.daemon.alive());
@@ -653,17 +662,11 @@ fn answers_above_max_clipboard_are_sent_empty() {
     );
 
     request(&mut host, &mut agent, Selection::Clipboard);
-    let fits = payload(100 * 1024, 14);
-    agent.send(&SessionMessage::ClipboardData {
-        selection: Selection::Clipboard,
-        data_type: ClipboardType::Utf8Text,
-        data: fits.clone(),
-    });
-    let (_, _, got) = host_clipboard(&mut host);
-    assert!(
-        got == fits,
-        "the answer below the limit differs ({} bytes)",
-        got.len()
+    answer_arrives(
+        &mut host,
+        &mut agent,
+        &payload(100 * 1024, 14),
+        "below the limit",
     );
     still_serving(&mut host);
     assert!(s.daemon.alive());
