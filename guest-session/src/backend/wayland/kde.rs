@@ -21,8 +21,25 @@ use super::follow_preferred::{Follower, OutputModes};
 pub struct KOutput {
     /// Connector name (`Virtual-0`, `DP-1`).
     pub name: String,
-    /// `(id, width, height, refresh, current)`.
-    pub modes: Vec<(String, u32, u32, f64, bool)>,
+    /// Its modes, in kscreen-doctor's order.
+    pub modes: Vec<KMode>,
+}
+
+/// One mode of a [`KOutput`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KMode {
+    /// kscreen-doctor's mode id.
+    pub id: String,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Refresh rate in Hz (0 when not given).
+    pub refresh: f64,
+    /// The output's current mode (`*`).
+    pub current: bool,
+    /// The output's preferred mode (`!`).
+    pub preferred: bool,
 }
 
 /// Whether `kscreen-doctor` is in PATH.
@@ -65,17 +82,18 @@ pub fn parse_outputs(text: &str) -> Vec<KOutput> {
             .take_while(|w| !w.ends_with(':'))
             .filter_map(|w| {
                 let (id, rest) = w.split_once(':')?;
-                let current = rest.contains('*');
+                let flags = rest.trim_start_matches(|c: char| c != '*' && c != '!');
                 let rest = rest.trim_end_matches(['*', '!']);
                 let (size, refresh) = rest.split_once('@').unwrap_or((rest, "0"));
                 let (wd, ht) = size.split_once('x')?;
-                Some((
-                    id.to_owned(),
-                    wd.parse().ok()?,
-                    ht.parse().ok()?,
-                    refresh.parse().unwrap_or(0.0),
-                    current,
-                ))
+                Some(KMode {
+                    id: id.to_owned(),
+                    width: wd.parse().ok()?,
+                    height: ht.parse().ok()?,
+                    refresh: refresh.parse().unwrap_or(0.0),
+                    current: flags.contains('*'),
+                    preferred: flags.contains('!'),
+                })
             })
             .collect();
         out.push(KOutput {
@@ -89,49 +107,20 @@ pub fn parse_outputs(text: &str) -> Vec<KOutput> {
 /// Each output's current and preferred mode sizes (`*` current, `!` preferred in `kscreen-doctor -o`), with the
 /// preferred mode's id.
 pub fn output_modes(text: &str) -> Vec<(OutputModes, Option<String>)> {
-    let mut out = Vec::new();
-    for line in strip_ansi(text).lines() {
-        let mut words = line.split_whitespace();
-        if words.next() != Some("Output:") {
-            continue;
-        }
-        let (Some(_id), Some(name)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let mut o = OutputModes {
-            name: name.to_owned(),
-            current: None,
-            preferred: None,
-        };
-        let mut preferred_id = None;
-        for w in words
-            .skip_while(|w| *w != "Modes:")
-            .skip(1)
-            .take_while(|w| !w.ends_with(':'))
-        {
-            let Some((id, rest)) = w.split_once(':') else {
-                continue;
+    parse_outputs(text)
+        .into_iter()
+        .map(|o| {
+            let size = |m: &KMode| (m.width, m.height);
+            let current = o.modes.iter().rev().find(|m| m.current).map(size);
+            let preferred = o.modes.iter().find(|m| m.preferred);
+            let modes = OutputModes {
+                current,
+                preferred: preferred.map(size),
+                name: o.name,
             };
-            let flags = rest.trim_start_matches(|c: char| c != '*' && c != '!');
-            let size = rest.trim_end_matches(['*', '!']);
-            let size = size.split_once('@').map_or(size, |(s, _)| s);
-            let Some((wd, ht)) = size.split_once('x') else {
-                continue;
-            };
-            let (Ok(wd), Ok(ht)) = (wd.parse::<u32>(), ht.parse::<u32>()) else {
-                continue;
-            };
-            if flags.contains('*') {
-                o.current = Some((wd, ht));
-            }
-            if flags.contains('!') && o.preferred.is_none() {
-                o.preferred = Some((wd, ht));
-                preferred_id = Some(id.to_owned());
-            }
-        }
-        out.push((o, preferred_id));
-    }
-    out
+            (modes, preferred.map(|m| m.id.clone()))
+        })
+        .collect()
 }
 
 /// After an output change: on a thread, lists the outputs and switches those whose preferred mode changed to it
@@ -193,15 +182,19 @@ pub fn arguments(outputs: &[KOutput], monitors: &[SessionMonitor]) -> (Vec<Strin
             args.push(format!("output.{}.disable", o.name));
             continue;
         }
-        let mut fit: Vec<&(String, u32, u32, f64, bool)> = o
+        let mut fit: Vec<&KMode> = o
             .modes
             .iter()
-            .filter(|md| md.1 == m.width && md.2 == m.height)
+            .filter(|md| md.width == m.width && md.height == m.height)
             .collect();
-        fit.sort_by(|a, b| b.4.cmp(&a.4).then(b.3.total_cmp(&a.3)));
+        fit.sort_by(|a, b| {
+            b.current
+                .cmp(&a.current)
+                .then(b.refresh.total_cmp(&a.refresh))
+        });
         args.push(format!("output.{}.enable", o.name));
         match fit.first() {
-            Some(md) => args.push(format!("output.{}.mode.{}", o.name, md.0)),
+            Some(md) => args.push(format!("output.{}.mode.{}", o.name, md.id)),
             None => warnings.push(format!(
                 "KWin lists no {}x{} mode on {} (no custom modes before Plasma 6); keeping its mode",
                 m.width, m.height, o.name
@@ -288,7 +281,8 @@ mod tests {
         assert_eq!(o.len(), 1);
         assert_eq!(o[0].name, "Virtual-0");
         assert_eq!(o[0].modes.len(), 3);
-        assert!(o[0].modes[0].4);
+        assert!(o[0].modes[0].current && o[0].modes[0].preferred);
+        assert!(!o[0].modes[1].current && !o[0].modes[1].preferred);
         let m = output_modes(text);
         assert_eq!(m[0].0.current, Some((1280, 800)));
         assert_eq!(m[0].0.preferred, Some((1280, 800)));
