@@ -12,6 +12,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
+
 /// How long after a host monitors config the preferred mode is not followed.
 pub const DEBOUNCE: Duration = Duration::from_secs(3);
 
@@ -35,6 +37,30 @@ pub struct Follow<'a> {
     pub width: u32,
     /// Preferred height.
     pub height: u32,
+}
+
+/// The monitors config that keeps the desktop layout `geometry` (display id `i` = the `i`-th of `names`) and
+/// puts each followed output on its preferred size; an output without geometry stays off (0×0).
+pub fn keep_layout_and_follow<'n>(
+    names: impl IntoIterator<Item = &'n str>,
+    geometry: &[GeometryMonitor],
+    follow: &[Follow<'_>],
+) -> Vec<SessionMonitor> {
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let g = geometry
+                .iter()
+                .find(|g| g.display_id == u32::try_from(i).unwrap_or(u32::MAX));
+            let (x, y, w, h) = g.map_or((0, 0, 0, 0), |g| (g.x, g.y, g.width, g.height));
+            let (w, h) = follow
+                .iter()
+                .find(|f| f.name == name)
+                .map_or((w, h), |f| (f.width, f.height));
+            SessionMonitor::sized(w, h, x, y)
+        })
+        .collect()
 }
 
 /// The pure decision: outputs whose preferred mode differs from the one in `seen` (a change; outputs not in

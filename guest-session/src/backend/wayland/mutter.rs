@@ -17,7 +17,7 @@ use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc;
 use zbus::zvariant::{OwnedValue, Value};
 
-use super::follow_preferred::{Follow, Follower, OutputModes};
+use super::follow_preferred::{keep_layout_and_follow, Follow, Follower, OutputModes};
 use crate::backend::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
 
 type Props = HashMap<String, OwnedValue>;
@@ -120,22 +120,8 @@ pub fn output_modes(s: &State) -> Vec<OutputModes> {
 
 /// The monitors config that keeps the layout and puts each followed connector on its preferred size.
 fn follow_config(s: &State, follow: &[Follow<'_>]) -> Vec<SessionMonitor> {
-    let g = geometry(s);
-    connectors(s)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (id, _, _))| {
-            let cur = g
-                .iter()
-                .find(|m| m.display_id == u32::try_from(i).unwrap_or(u32::MAX));
-            let (x, y, w, h) = cur.map_or((0, 0, 0, 0), |m| (m.x, m.y, m.width, m.height));
-            let (w, h) = follow
-                .iter()
-                .find(|f| f.name == id.0)
-                .map_or((w, h), |f| (f.width, f.height));
-            SessionMonitor::sized(w, h, x, y)
-        })
-        .collect()
+    let names = connectors(s).into_iter().map(|(id, _, _)| id.0.as_str());
+    keep_layout_and_follow(names, &geometry(s), follow)
 }
 
 /// The logical-monitor list for `monitors` (display id = connector index).

@@ -23,7 +23,7 @@ use wayland_protocols_wlr::output_management::v1::client::{
     zwlr_output_mode_v1::{self, ZwlrOutputModeV1},
 };
 
-use super::follow_preferred::{Follower, OutputModes};
+use super::follow_preferred::{keep_layout_and_follow, Follower, OutputModes};
 use super::State;
 
 /// One `wl_output` (user data: its global name).
@@ -213,21 +213,7 @@ impl State {
         }
         let mut names: Vec<&str> = w.heads.iter().map(|h| h.name.as_str()).collect();
         names.sort_unstable();
-        let monitors = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let g = geometry
-                    .iter()
-                    .find(|g| g.display_id == u32::try_from(i).unwrap_or(u32::MAX));
-                let (x, y, cw, ch) = g.map_or((0, 0, 0, 0), |g| (g.x, g.y, g.width, g.height));
-                let (width, height) = follow
-                    .iter()
-                    .find(|f| f.name == *name)
-                    .map_or((cw, ch), |f| (f.width, f.height));
-                SessionMonitor::sized(width, height, x, y)
-            })
-            .collect();
+        let monitors = keep_layout_and_follow(names, &geometry, &follow);
         self.wlr_apply(monitors, 1);
     }
 
