@@ -120,28 +120,6 @@ fn answer_arrives(host: &mut Host, agent: &mut Agent, text: &[u8], what: &str) {
     );
 }
 
-/// Reads the port once (up to the host's 200 ms read timeout): bytes read, `None` at EOF.
-fn pump(host: &mut Host) -> Option<usize> {
-    let mut b = vec![0u8; 65536];
-    match host.s.read(&mut b) {
-        Ok(0) => None,
-        Ok(n) => {
-            for ev in host.reasm.feed(&b[..n]) {
-                host.queue
-                    .push_back(ev.expect("guestlinkd sent bad chunks"));
-            }
-            Some(n)
-        }
-        Err(e)
-            if e.kind() == std::io::ErrorKind::WouldBlock
-                || e.kind() == std::io::ErrorKind::TimedOut =>
-        {
-            Some(0)
-        }
-        Err(_) => None,
-    }
-}
-
 /// Reads the port until `total` bytes arrived (a streamed answer is under way), panicking on EOF.
 fn pump_until(host: &mut Host, total: usize) {
     let deadline = Instant::now() + TIMEOUT;
@@ -151,7 +129,9 @@ fn pump_until(host: &mut Host, total: usize) {
             Instant::now() < deadline,
             "only {got} of {total} bytes of the streamed answer reached the port"
         );
-        got += pump(host).expect("the port closed while the answer was streaming");
+        got += host
+            .pump()
+            .expect("the port closed while the answer was streaming");
     }
 }
 

@@ -89,20 +89,30 @@ impl Host {
             if Instant::now() > deadline {
                 return None;
             }
-            let mut buf = vec![0u8; 65536];
-            match self.s.read(&mut buf) {
-                Ok(0) => return None,
-                Ok(n) => {
-                    for ev in self.reasm.feed(&buf[..n]) {
-                        self.queue
-                            .push_back(ev.expect("guestlinkd sent bad chunks"));
-                    }
+            self.pump()?;
+        }
+    }
+
+    /// Reads the port once (up to the 200 ms read timeout) into the message queue: bytes read (0 on a timeout),
+    /// `None` at EOF or on an error.
+    pub fn pump(&mut self) -> Option<usize> {
+        let mut buf = vec![0u8; 65536];
+        match self.s.read(&mut buf) {
+            Ok(0) => None,
+            Ok(n) => {
+                for ev in self.reasm.feed(&buf[..n]) {
+                    self.queue
+                        .push_back(ev.expect("guestlinkd sent bad chunks"));
                 }
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock
-                        || e.kind() == std::io::ErrorKind::TimedOut => {}
-                Err(_) => return None,
+                Some(n)
             }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                Some(0)
+            }
+            Err(_) => None,
         }
     }
 
