@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::vdagent::{
-    encode_message, encode_raw_message, Capabilities, Capability, ChunkMode, GrabSerials, Message,
-    MessageType, Port, RawMessage, Reassembler, ReassemblerConfig, WireFormat,
+    encode_message, Capabilities, Capability, ChunkMode, GrabSerials, Message, Port, RawMessage,
+    Reassembler, ReassemblerConfig, WireFormat,
 };
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
@@ -186,22 +186,9 @@ impl SpiceLink {
         self.io.write_all(&bytes).map_err(SpiceError::Io)
     }
 
-    /// Sends a message of raw type `msg_type` with a ready `payload` on `port`, split into ≤ 2048-byte chunks
-    /// (for bulk payloads built in place, see `send_file`).
-    pub fn send_raw(
-        &mut self,
-        port: Port,
-        msg_type: MessageType,
-        payload: &[u8],
-    ) -> Result<(), SpiceError> {
-        let bytes = encode_raw_message(port, msg_type.as_u32(), payload, ChunkMode::Split)
-            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
-        self.io.write_all(&bytes).map_err(SpiceError::Io)
-    }
-
-    /// Sends several messages of type `msg_type`, already framed into `batch` by the caller, in one write. The
+    /// Sends messages already framed into `batch` by the caller, in one write. The
     /// caller builds `batch` with [`encode_raw_message_into`](guestlink_protocol::vdagent::encode_raw_message_into)
-    /// in [`ChunkMode::Split`], as [`SpiceLink::send_raw`] would.
+    /// in [`ChunkMode::Split`] (chunks of at most 2048 bytes, as spice-server delivers them).
     pub fn send_framed(&mut self, batch: &[u8]) -> Result<(), SpiceError> {
         self.io.write_all(batch).map_err(SpiceError::Io)
     }

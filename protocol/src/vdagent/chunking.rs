@@ -38,11 +38,9 @@ pub fn encode_raw_message(
     payload: &[u8],
     mode: ChunkMode,
 ) -> Result<Vec<u8>, VdagentError> {
-    let header = MessageHeader::new(
-        msg_type,
-        len_u32(payload.len(), "payload larger than 4 GiB")?,
-    );
-    frame_message_bytes(port, &header.encode(), payload, mode)
+    let mut out = Vec::new();
+    encode_raw_message_into(&mut out, port, msg_type, payload, mode)?;
+    Ok(out)
 }
 
 /// [`encode_raw_message`] appending to `out`, for a sender that batches many messages into one write.
@@ -57,23 +55,11 @@ pub fn encode_raw_message_into(
         msg_type,
         len_u32(payload.len(), "payload larger than 4 GiB")?,
     );
-    frame_message_into(out, port, &header.encode(), payload, mode)
+    frame_into(out, port, &header.encode(), payload, mode)
 }
 
-/// Wraps message bytes (`header` then `payload`) in chunk headers.
-pub fn frame_message_bytes(
-    port: Port,
-    header: &[u8; MESSAGE_HEADER_SIZE],
-    payload: &[u8],
-    mode: ChunkMode,
-) -> Result<Vec<u8>, VdagentError> {
-    let mut out = Vec::new();
-    frame_message_into(&mut out, port, header, payload, mode)?;
-    Ok(out)
-}
-
-/// [`frame_message_bytes`] appending to `out`.
-pub fn frame_message_into(
+/// Appends message bytes (`header` then `payload`) wrapped in chunk headers to `out`.
+fn frame_into(
     out: &mut Vec<u8>,
     port: Port,
     header: &[u8; MESSAGE_HEADER_SIZE],
