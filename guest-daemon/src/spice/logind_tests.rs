@@ -328,6 +328,18 @@ fn served(id: &str, locked: bool, file_xfer_allowed: bool) -> Option<ActiveSessi
     })
 }
 
+/// Drops the last receiver: the follower must then end.
+async fn follower_stops(
+    rx: watch::Receiver<Option<ActiveSession>>,
+    follower: tokio::task::JoinHandle<()>,
+) {
+    drop(rx);
+    tokio::time::timeout(T, follower)
+        .await
+        .expect("the follower did not stop without receivers")
+        .unwrap();
+}
+
 /// Polls the follower's channel until it holds `want`; returns how long that took.
 async fn wait_for(
     rx: &mut watch::Receiver<Option<ActiveSession>>,
@@ -429,10 +441,7 @@ async fn logind_proxies_against_a_fake_login1() {
     // The follower publishes the served session and its changes (None = none).
     let (tx, mut rx) = watch::channel(served("stale", false, true));
     let follower = tokio::spawn(logind.clone().follow_active_info(tx));
-    tokio::time::timeout(T, rx.wait_for(|s| s.is_none()))
-        .await
-        .unwrap()
-        .unwrap();
+    wait_for(&mut rx, None).await;
     fake.set_active("c1").await;
     tokio::time::timeout(
         T,
@@ -443,15 +452,8 @@ async fn logind_proxies_against_a_fake_login1() {
     .unwrap();
     // A tty session on the seat is not served.
     fake.set_active("c3").await;
-    tokio::time::timeout(T, rx.wait_for(|s| s.is_none()))
-        .await
-        .unwrap()
-        .unwrap();
-    drop(rx);
-    tokio::time::timeout(T, follower)
-        .await
-        .expect("the follower did not stop without receivers")
-        .unwrap();
+    wait_for(&mut rx, None).await;
+    follower_stops(rx, follower).await;
 }
 
 /// Only signals can deliver the changes here: the safety-net re-read is an hour away.
@@ -504,11 +506,7 @@ async fn follower_sees_vt_switches_and_locks_through_signals() {
     step(wait_for(&mut rx, served("c2", true, false)).await);
     eprintln!("slowest signal-to-publication: {slowest:?}");
 
-    drop(rx);
-    tokio::time::timeout(T, follower)
-        .await
-        .expect("the follower did not stop without receivers")
-        .unwrap();
+    follower_stops(rx, follower).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
