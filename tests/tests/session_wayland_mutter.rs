@@ -10,6 +10,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::{SessionMessage, SessionMonitor};
@@ -17,6 +18,10 @@ use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use support::{guest_to_host, host_to_guest, run, tools_present, Clients, Harness, WAIT};
 
 const TOOLS: &[&str] = &["mutter", "Xvfb", "dbus-daemon", "gdbus", "xdpyinfo"];
+
+/// Set when a failed test's mutter had lost its Xwayland ("Connection to xwayland lost" in its log): mutter 43's
+/// nested Xwayland (software rendering) occasionally dies under load in the middle of a selection transfer.
+static XWAYLAND_LOST: AtomicBool = AtomicBool::new(false);
 
 /// Stops a child with SIGTERM (mutter then stops its Xwayland), SIGKILL after 10 s.
 fn stop(child: &mut Child) {
@@ -198,6 +203,9 @@ impl Drop for Mutter {
             let log =
                 std::fs::read_to_string(self.dir.path().join("mutter.log")).unwrap_or_default();
             eprintln!("--- mutter log ---\n{log}");
+            if log.contains("Connection to xwayland lost") {
+                XWAYLAND_LOST.store(true, Ordering::SeqCst);
+            }
         }
     }
 }
@@ -262,6 +270,9 @@ fn display_config_applies_listed_modes_and_refuses_others() {
 
 /// GNOME clipboard: the X11 backend on mutter's Xwayland, paired with DisplayConfig; mutter bridges the X11 and
 /// Wayland selections, so Wayland clients (wl-copy/wl-paste) see the host's data and the host sees theirs.
+///
+/// If mutter's own Xwayland dies during the first attempt (see [`XWAYLAND_LOST`]), the whole scenario runs once
+/// more on a fresh mutter; any other failure, or a second one, fails the test.
 #[test]
 fn clipboard_through_xwayland_reaches_wayland_clients() {
     if !tools_present(&[
@@ -275,6 +286,18 @@ fn clipboard_through_xwayland_reaches_wayland_clients() {
     ]) {
         return;
     }
+    if let Err(failure) = std::panic::catch_unwind(xwayland_clipboard_scenario) {
+        if !XWAYLAND_LOST.swap(false, Ordering::SeqCst) {
+            std::panic::resume_unwind(failure);
+        }
+        eprintln!(
+            "mutter lost its Xwayland during the first attempt (see its log above): once more"
+        );
+        xwayland_clipboard_scenario();
+    }
+}
+
+fn xwayland_clipboard_scenario() {
     let m = Mutter::start();
     let (display, auth) = m.xwayland();
     let rt = m.rt();
