@@ -5,11 +5,12 @@
 //! directory (names are one validated path component) nor follow a planted symlink. Only a complete transfer is
 //! renamed to its final name, with `renameat2(RENAME_NOREPLACE)`; a taken name becomes `name (1).ext`,
 //! `name (2).ext`, …. Cancel, error or a lost daemon unlink the temporary file, so no partial file ever appears
-//! under its final name.
+//! under its final name. The bytes reach the disk through [`crate::file_writer`] (direct I/O on a thread for
+//! large files on a local disk, at most [`MAX_DIRECT`] at once) and are fsynced before the rename; a failed
+//! write or fsync fails the transfer.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -21,13 +22,12 @@ use nix::fcntl::{openat, renameat2, OFlag, RenameFlags};
 use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
+use crate::file_writer::{FileWriter, WriteMode, MAX_DIRECT};
+
 /// Most simultaneously active transfers (spice-vdagentd's limit).
 pub const MAX_ACTIVE_TRANSFERS: usize = 128;
 /// Highest conflict suffix tried (`name (N).ext`).
 const MAX_CONFLICT_INDEX: u32 = 999;
-/// Written data is handed to the disk in windows of this size while the transfer goes on (see
-/// [`start_writeback`]), so the final fsync waits for one window rather than the whole file.
-const WRITEBACK_WINDOW: u64 = 4 * 1024 * 1024;
 /// `G_IO_ERROR_FAILED`.
 const G_IO_ERROR_FAILED: u32 = 0;
 /// `G_IO_ERROR_NO_SPACE`.
@@ -42,7 +42,7 @@ struct Transfer {
     temp_name: String,
     size: u64,
     received: u64,
-    file: File,
+    writer: FileWriter,
     dir: OwnedFd,
 }
 
@@ -209,7 +209,25 @@ impl FileReceiver {
                 error_code: None,
             };
         }
-        tracing::info!(id, name, size, dir = %dir.display(), "receiving a file");
+        let direct = self
+            .active
+            .values()
+            .filter(|t| t.writer.is_direct())
+            .count();
+        let mode = if direct < MAX_DIRECT {
+            WriteMode::Auto
+        } else {
+            WriteMode::Buffered
+        };
+        let writer = match FileWriter::new(file, size, mode) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(id, "cannot start writing a received file: {e}");
+                let _ = unlinkat(&dir_fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+                return error(id, G_IO_ERROR_FAILED);
+            }
+        };
+        tracing::info!(id, name, size, dir = %dir.display(), direct_io = writer.is_direct(), "receiving a file");
         self.active.insert(
             id,
             Transfer {
@@ -217,7 +235,7 @@ impl FileReceiver {
                 temp_name: temp,
                 size,
                 received: 0,
-                file,
+                writer,
                 dir: dir_fd,
             },
         );
@@ -234,7 +252,7 @@ impl FileReceiver {
             self.abort(id);
             return Some(error(id, G_IO_ERROR_FAILED));
         }
-        if let Err(e) = t.file.write_all(data) {
+        if let Err(e) = t.writer.write(data) {
             tracing::warn!(id, "writing a received file: {e}");
             let code = e
                 .raw_os_error()
@@ -243,12 +261,7 @@ impl FileReceiver {
             self.abort(id);
             return Some(error(id, code));
         }
-        let window_done = new_total / WRITEBACK_WINDOW > t.received / WRITEBACK_WINDOW;
         t.received = new_total;
-        if window_done {
-            let end = new_total / WRITEBACK_WINDOW * WRITEBACK_WINDOW;
-            start_writeback(&t.file, end - WRITEBACK_WINDOW, WRITEBACK_WINDOW);
-        }
         if t.received == t.size {
             return self.finish(id);
         }
@@ -273,7 +286,7 @@ impl FileReceiver {
 
     fn abort(&mut self, id: u32) {
         if let Some(t) = self.active.remove(&id) {
-            drop(t.file);
+            drop(t.writer);
             if let Err(e) = unlinkat(&t.dir, t.temp_name.as_str(), UnlinkatFlags::NoRemoveDir) {
                 tracing::warn!(id, temp = t.temp_name, "removing a partial file: {e}");
             }
@@ -282,10 +295,16 @@ impl FileReceiver {
 
     fn finish(&mut self, id: u32) -> Option<SessionMessage> {
         let t = self.active.remove(&id)?;
-        if let Err(e) = t.file.sync_all() {
-            tracing::warn!(id, "fsync of a received file: {e}");
+        if let Err(e) = t.writer.finish() {
+            // The data may not be complete: it never gets the final name.
+            tracing::warn!(id, "writing a received file: {e}");
+            let _ = unlinkat(&t.dir, t.temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
+            let code = e
+                .raw_os_error()
+                .map(|c| io_code(Errno::from_raw(c)))
+                .unwrap_or(G_IO_ERROR_FAILED);
+            return Some(error(id, code));
         }
-        drop(t.file);
         let mut n = 0;
         loop {
             let candidate = if n == 0 {
@@ -341,24 +360,6 @@ fn reserve_space(file: &File, size: u64) -> Result<(), Errno> {
     ) {
         Ok(()) | Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-/// Starts writing `len` bytes at `offset` of `file` to disk without waiting (dpkg and PostgreSQL do the same
-/// before their fsync): the disk works while more data arrives instead of all at the end. On Linux
-/// POSIX_FADV_DONTNEED first starts writeback of the dirty range (WB_SYNC_NONE), then drops only pages that are
-/// already clean — sync_file_range(SYNC_FILE_RANGE_WRITE) without unsafe code. Failure only costs speed.
-fn start_writeback(file: &File, offset: u64, len: u64) {
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
-    if let Err(e) = nix::fcntl::posix_fadvise(
-        file,
-        offset,
-        len,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    ) {
-        tracing::debug!("early writeback of a received file: {e}");
     }
 }
 
@@ -431,7 +432,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let mut r = FileReceiver::new(Some(dir.path().to_owned()));
-        let size = 3 * WRITEBACK_WINDOW + 12_345;
+        let size = 3 * crate::file_writer::WRITEBACK_WINDOW + 12_345;
         assert_eq!(code(&r.start(1, "big.bin", size)).0, 0);
         let temp = dir.path().join(".big.bin.1.guestlink-partial");
         let meta = std::fs::metadata(&temp).unwrap();
@@ -447,6 +448,37 @@ mod tests {
         }
         assert_eq!(code(&last.unwrap()).0, 3);
         assert_eq!(std::fs::read(dir.path().join("big.bin")).unwrap(), data);
+    }
+
+    /// At most MAX_DIRECT transfers use a writer thread; the next one is written buffered, and all complete.
+    #[test]
+    fn direct_io_is_limited_per_agent() {
+        use crate::file_writer::DIRECT_MIN;
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = FileReceiver::new(Some(dir.path().to_owned()));
+        let n = MAX_DIRECT as u32 + 1;
+        for id in 1..=n {
+            assert_eq!(code(&r.start(id, &format!("f{id}"), DIRECT_MIN)).0, 0);
+        }
+        let direct = |r: &FileReceiver, id| r.active[&id].writer.is_direct();
+        if !direct(&r, 1) {
+            eprintln!("the temp dir is not on ext4/xfs: only buffered writes to check");
+        } else {
+            assert!((1..n).all(|id| direct(&r, id)));
+            assert!(!direct(&r, n));
+        }
+        let data: Vec<u8> = (0..DIRECT_MIN).map(|i| (i % 253) as u8).collect();
+        for id in 1..=n {
+            let mut last = None;
+            for piece in data.chunks(65_536) {
+                last = r.data(id, piece);
+            }
+            assert_eq!(code(&last.unwrap()).0, 3);
+            assert_eq!(
+                std::fs::read(dir.path().join(format!("f{id}"))).unwrap(),
+                data
+            );
+        }
     }
 
     #[test]

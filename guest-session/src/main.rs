@@ -6,6 +6,7 @@
 mod backend;
 mod connection;
 mod dirs;
+mod file_writer;
 mod files;
 mod instance;
 mod outgoing;
@@ -45,6 +46,8 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // No colour codes in the journal (user unit) or a redirected log.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 
