@@ -281,16 +281,36 @@ fn set_direct(file: &File, on: bool) -> nix::Result<()> {
 }
 
 /// The writer thread: full blocks go to disk with direct I/O; the short last block's aligned part too, its
-/// remainder buffered (O_DIRECT cleared); then fsync. Ends at the first error, or when the sender is dropped.
-fn write_jobs(mut file: File, jobs: Receiver<Job>, free: Sender<Block>) -> io::Result<()> {
+/// remainder buffered (O_DIRECT cleared); then fsync. Writes go to explicit offsets, so a direct write the device
+/// refuses (EINVAL: a logical block larger than [`ALIGN`], a filesystem that takes the flag but not the I/O) is
+/// simply done again buffered, and so is the rest of the file. Ends at the first other error, or when the sender
+/// is dropped.
+fn write_jobs(file: File, jobs: Receiver<Job>, free: Sender<Block>) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut pos = 0u64;
+    let mut direct = true;
     while let Ok(Job { block, len }) = jobs.recv() {
         let data = &block.bytes()[..len];
         let aligned = len / ALIGN * ALIGN;
-        file.write_all(&data[..aligned])?;
-        if aligned < len {
-            set_direct(&file, false).map_err(io::Error::from)?;
-            file.write_all(&data[aligned..])?;
+        match file.write_all_at(&data[..aligned], pos) {
+            Err(e) if direct && e.raw_os_error() == Some(nix::errno::Errno::EINVAL as i32) => {
+                tracing::info!(
+                    "direct I/O refused ({e}): the rest of the file is written buffered"
+                );
+                set_direct(&file, false).map_err(io::Error::from)?;
+                direct = false;
+                file.write_all_at(&data[..aligned], pos)?;
+            }
+            r => r?,
         }
+        if aligned < len {
+            if direct {
+                set_direct(&file, false).map_err(io::Error::from)?;
+                direct = false;
+            }
+            file.write_all_at(&data[aligned..], pos + aligned as u64)?;
+        }
+        pos += len as u64;
         if len < BLOCK {
             // Only the last block is short: nothing may follow it.
             return file.sync_all();
@@ -361,6 +381,40 @@ mod tests {
         assert!(!FileWriter::new(small, DIRECT_MIN - 1, WriteMode::Auto)
             .unwrap()
             .is_direct());
+    }
+
+    /// A direct write the kernel refuses (here: a block that is not page-aligned in memory, as a device with
+    /// larger logical blocks would refuse ours) is done again buffered, and the file switches to buffered.
+    #[test]
+    fn refused_direct_io_falls_back_to_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = File::create(&path).unwrap();
+        if !local_disk(&file) || set_direct(&file, true).is_err() {
+            eprintln!("no direct I/O in the temp dir: nothing to check");
+            return;
+        }
+        let data = pattern(BLOCK + 100);
+        let (jobs, rx) = channel();
+        let (free, _returned) = channel();
+        let writer = {
+            let file = file.try_clone().unwrap();
+            std::thread::spawn(move || write_jobs(file, rx, free))
+        };
+        for piece in data.chunks(BLOCK) {
+            let mut block = Block::new();
+            block.start += 1; // misaligned: O_DIRECT refuses it with EINVAL
+            block.bytes_mut()[..piece.len()].copy_from_slice(piece);
+            jobs.send(Job {
+                block,
+                len: piece.len(),
+            })
+            .unwrap();
+        }
+        writer.join().unwrap().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+        let flags = OFlag::from_bits_truncate(fcntl(file.as_fd(), FcntlArg::F_GETFL).unwrap());
+        assert!(!flags.contains(OFlag::O_DIRECT));
     }
 
     /// A write error in the thread comes back from a later write or from finish, and an abandoned writer does
