@@ -481,6 +481,30 @@ mod tests {
         }
     }
 
+    /// A large transfer cancelled (or dropped with its daemon) mid-way, while its writer thread has blocks in
+    /// flight, leaves nothing behind: no temporary file, no final name.
+    #[test]
+    fn large_transfers_cancelled_mid_way_leave_nothing() {
+        use crate::file_writer::{BLOCK, DIRECT_MIN};
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = FileReceiver::new(Some(dir.path().to_owned()));
+        let piece = vec![7u8; 65_536];
+        for id in [1, 2] {
+            assert_eq!(
+                code(&r.start(id, &format!("big{id}.iso"), 4 * DIRECT_MIN)).0,
+                0
+            );
+            for _ in 0..(3 * BLOCK / piece.len()) {
+                assert!(r.data(id, &piece).is_none());
+            }
+        }
+        assert_eq!(names(dir.path()).len(), 2);
+        r.cancel(1);
+        assert_eq!(names(dir.path()), vec![".big2.iso.2.guestlink-partial"]);
+        drop(r);
+        assert!(names(dir.path()).is_empty());
+    }
+
     #[test]
     fn symlink_temp_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
