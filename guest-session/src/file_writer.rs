@@ -15,7 +15,9 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -167,6 +169,8 @@ pub struct DirectWriter {
     free: Receiver<Block>,
     spare: Vec<Block>,
     thread: Option<JoinHandle<io::Result<()>>>,
+    /// Set when the transfer is dropped unfinished: the thread writes nothing more and skips the fsync.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl DirectWriter {
@@ -179,9 +183,11 @@ impl DirectWriter {
         }
         let (jobs, job_rx) = channel::<Job>();
         let (free_tx, free) = channel::<Block>();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&abandoned);
         let thread = std::thread::Builder::new()
             .name("file-writer".into())
-            .spawn(move || write_jobs(file, job_rx, free_tx))?;
+            .spawn(move || write_jobs(file, job_rx, free_tx, &flag))?;
         Ok(Ok(Self {
             current: Block::new(),
             fill: 0,
@@ -189,6 +195,7 @@ impl DirectWriter {
             free,
             spare: (1..BUFFERS).map(|_| Block::new()).collect(),
             thread: Some(thread),
+            abandoned,
         }))
     }
 
@@ -262,8 +269,10 @@ impl DirectWriter {
 }
 
 impl Drop for DirectWriter {
-    /// An abandoned transfer: the thread finishes the block it is on and stops; the caller removes the file.
+    /// An abandoned transfer: the thread finishes the write it is in and stops, without writing the queued blocks
+    /// or syncing a file the caller is about to remove.
     fn drop(&mut self) {
+        self.abandoned.store(true, Ordering::SeqCst);
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -284,13 +293,21 @@ fn set_direct(file: &File, on: bool) -> nix::Result<()> {
 /// The writer thread: full blocks go to disk with direct I/O; the short last block's aligned part too, its
 /// remainder buffered (O_DIRECT cleared); then fsync. Writes go to explicit offsets, so a direct write the device
 /// refuses (EINVAL: a logical block larger than [`ALIGN`], a filesystem that takes the flag but not the I/O) is
-/// simply done again buffered, and so is the rest of the file. Ends at the first other error, or when the sender
-/// is dropped.
-fn write_jobs(file: File, jobs: Receiver<Job>, free: Sender<Block>) -> io::Result<()> {
+/// simply done again buffered, and so is the rest of the file. Ends at the first other error, when the sender is
+/// dropped (then fsync), or as soon as `abandoned` is set (then nothing more is written or synced).
+fn write_jobs(
+    file: File,
+    jobs: Receiver<Job>,
+    free: Sender<Block>,
+    abandoned: &AtomicBool,
+) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
     let mut pos = 0u64;
     let mut direct = true;
     while let Ok(Job { block, len }) = jobs.recv() {
+        if abandoned.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         let data = &block.bytes()[..len];
         let aligned = len / ALIGN * ALIGN;
         match file.write_all_at(&data[..aligned], pos) {
@@ -316,8 +333,11 @@ fn write_jobs(file: File, jobs: Receiver<Job>, free: Sender<Block>) -> io::Resul
             // Only the last block is short: nothing may follow it.
             return file.sync_all();
         }
-        // The caller may be gone (abandoned transfer): keep draining until its sender is dropped.
+        // Fails only when the caller is gone; `abandoned` then ends the loop.
         let _ = free.send(block);
+    }
+    if abandoned.load(Ordering::SeqCst) {
+        return Ok(());
     }
     file.sync_all()
 }
@@ -400,7 +420,7 @@ mod tests {
         let (free, _returned) = channel();
         let writer = {
             let file = file.try_clone().unwrap();
-            std::thread::spawn(move || write_jobs(file, rx, free))
+            std::thread::spawn(move || write_jobs(file, rx, free, &AtomicBool::new(false)))
         };
         for piece in data.chunks(BLOCK) {
             let mut block = Block::new();
@@ -416,6 +436,31 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), data);
         let flags = OFlag::from_bits_truncate(fcntl(file.as_fd(), FcntlArg::F_GETFL).unwrap());
         assert!(!flags.contains(OFlag::O_DIRECT));
+    }
+
+    /// Once a transfer is abandoned, the blocks still queued are not written (the file is about to be removed).
+    #[test]
+    fn abandoned_writer_writes_no_queued_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let (jobs, rx) = channel();
+        let (free, _returned) = channel();
+        for _ in 0..3 {
+            jobs.send(Job {
+                block: Block::new(),
+                len: BLOCK,
+            })
+            .unwrap();
+        }
+        drop(jobs);
+        let r = write_jobs(
+            File::create(&path).unwrap(),
+            rx,
+            free,
+            &AtomicBool::new(true),
+        );
+        assert!(r.is_ok());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
     }
 
     /// A write error in the thread comes back from a later write or from finish, and an abandoned writer does

@@ -50,6 +50,8 @@ struct Transfer {
 pub struct FileReceiver {
     dir: Option<PathBuf>,
     disabled: bool,
+    /// `--buffered-writes`: never direct I/O.
+    buffered_only: bool,
     active: HashMap<u32, Transfer>,
 }
 
@@ -90,6 +92,12 @@ fn io_code(e: Errno) -> u32 {
     }
 }
 
+/// [`io_code`] of an I/O error (`G_IO_ERROR_FAILED` when it carries no errno).
+fn io_error_code(e: &std::io::Error) -> u32 {
+    e.raw_os_error()
+        .map_or(G_IO_ERROR_FAILED, |c| io_code(Errno::from_raw(c)))
+}
+
 /// `name (n).ext` for `name.ext` (the extension is the part after the last dot, unless the name starts with it).
 pub fn conflict_name(name: &str, n: u32) -> String {
     match name.rfind('.') {
@@ -113,8 +121,14 @@ impl FileReceiver {
         Self {
             dir,
             disabled: false,
+            buffered_only: false,
             active: HashMap::new(),
         }
+    }
+
+    /// Writes every file through the page cache (`--buffered-writes`).
+    pub fn buffered_only(&mut self) {
+        self.buffered_only = true;
     }
 
     /// The daemon said file transfer is not allowed for this session.
@@ -214,7 +228,7 @@ impl FileReceiver {
             .values()
             .filter(|t| t.writer.is_direct())
             .count();
-        let mode = if direct < MAX_DIRECT {
+        let mode = if direct < MAX_DIRECT && !self.buffered_only {
             WriteMode::Auto
         } else {
             WriteMode::Buffered
@@ -254,10 +268,7 @@ impl FileReceiver {
         }
         if let Err(e) = t.writer.write(data) {
             tracing::warn!(id, "writing a received file: {e}");
-            let code = e
-                .raw_os_error()
-                .map(|c| io_code(Errno::from_raw(c)))
-                .unwrap_or(G_IO_ERROR_FAILED);
+            let code = io_error_code(&e);
             self.abort(id);
             return Some(error(id, code));
         }
@@ -299,10 +310,7 @@ impl FileReceiver {
             // The data may not be complete: it never gets the final name.
             tracing::warn!(id, "writing a received file: {e}");
             let _ = unlinkat(&t.dir, t.temp_name.as_str(), UnlinkatFlags::NoRemoveDir);
-            let code = e
-                .raw_os_error()
-                .map(|c| io_code(Errno::from_raw(c)))
-                .unwrap_or(G_IO_ERROR_FAILED);
+            let code = io_error_code(&e);
             return Some(error(id, code));
         }
         let mut n = 0;
@@ -466,6 +474,11 @@ mod tests {
         } else {
             assert!((1..n).all(|id| direct(&r, id)));
             assert!(!direct(&r, n));
+            // `--buffered-writes`: none.
+            let mut b = FileReceiver::new(Some(dir.path().to_owned()));
+            b.buffered_only();
+            assert_eq!(code(&b.start(99, "b", DIRECT_MIN)).0, 0);
+            assert!(!direct(&b, 99));
         }
         let data: Vec<u8> = (0..DIRECT_MIN).map(|i| (i % 253) as u8).collect();
         for id in 1..=n {

@@ -30,6 +30,10 @@ struct Cli {
     /// Where received files are saved [default: the XDG download directory, else ~/Downloads].
     #[arg(long, value_name = "DIR")]
     download_dir: Option<PathBuf>,
+    /// Write received files through the page cache even where direct I/O is used by default (files of 4 MiB or
+    /// more on ext4/xfs).
+    #[arg(long)]
+    buffered_writes: bool,
     /// More logging (-v debug, -vv trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -95,7 +99,10 @@ fn main() -> Result<()> {
         let backend = backend::select(tx);
         tracing::info!(backend = backend.name(), features = ?backend.features(), "backend");
         notify_ready();
-        let files = files::FileReceiver::new(download_dir);
+        let mut files = files::FileReceiver::new(download_dir);
+        if cli.buffered_writes {
+            files.buffered_only();
+        }
         let mut agent = connection::Agent::new(cli.socket, backend, rx, files);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
