@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use guestlink_protocol::session::{FrameDecoder, SessionMessage, SESSION_PROTOCOL_VERSION};
+use guestlink_protocol::session::{
+    FrameDecoder, FrameEvent, SessionMessage, KIND_FILE_XFER_DATA, SESSION_PROTOCOL_VERSION,
+};
 use guestlink_protocol::vdagent::ClipboardType;
 use tokio::io::AsyncReadExt;
+use tokio::net::unix::OwnedReadHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -19,6 +22,22 @@ use crate::outgoing::{self, frame, send_parts, Out};
 /// Shortest and longest wait between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Read size for frame heads while a direct-I/O transfer runs: the data behind a head that lands in the read
+/// buffer is copied into the file's block, the rest of the frame is read straight in.
+const HEAD_READ: usize = 4096;
+
+/// Reads into `direct` when given (returns `true` with the count), else into `buf`.
+async fn read_into(
+    rd: &mut OwnedReadHalf,
+    direct: Option<&mut [u8]>,
+    buf: &mut [u8],
+) -> (bool, std::io::Result<usize>) {
+    match direct {
+        Some(d) => (true, rd.read(d).await),
+        None => (false, rd.read(buf).await),
+    }
+}
 
 /// Why a daemon connection ended.
 enum End {
@@ -143,26 +162,60 @@ impl Agent {
         };
         let _ = send_parts(&out, frame(hello, false)).await;
         self.backend.resync();
-        let mut decoder = FrameDecoder::new();
+        // File data is passed from the read buffer straight to the file writer, not collected per frame first.
+        let mut decoder = FrameDecoder::new().streaming_kind(KIND_FILE_XFER_DATA, 1);
+        // The transfer whose DATA frame is streaming.
+        let mut file_data: Option<u32> = None;
         let mut buf = vec![0u8; 256 * 1024];
         let end = 'conn: loop {
+            // Where the next read goes: straight into the block of the file whose DATA frame is streaming, else
+            // the buffer — in small pieces while a direct transfer runs, so that little data lands there.
+            let head = if self.files.any_direct() {
+                HEAD_READ
+            } else {
+                buf.len()
+            };
+            let left = decoder.stream_left();
+            let direct = file_data
+                .filter(|_| left > 0)
+                .and_then(|id| self.files.room(id, left));
             tokio::select! {
-                r = rd.read(&mut buf) => {
-                    let n = match r {
-                        Ok(0) => break End::Lost("end of stream".into()),
-                        Ok(n) => n,
-                        Err(e) => break End::Lost(e.to_string()),
+                r = read_into(&mut rd, direct, &mut buf[..head]) => {
+                    let (into_file, n) = match r {
+                        (_, Ok(0)) => break End::Lost("end of stream".into()),
+                        (into_file, Ok(n)) => (into_file, n),
+                        (_, Err(e)) => break End::Lost(e.to_string()),
                     };
-                    for m in decoder.feed(&buf[..n]) {
-                        match m {
-                            Ok(msg) => {
-                                for reply in self.handle(msg) {
-                                    if !send_parts(&out, frame(reply, self.daemon_takes_fds)).await {
-                                        break 'conn End::Lost("daemon not reading".into());
-                                    }
+                    let mut replies = Vec::new();
+                    if into_file {
+                        // `direct` came from `file_data`.
+                        if let Some(id) = file_data {
+                            replies.extend(self.files.data_read(id, n));
+                        }
+                        if decoder.consumed(n) {
+                            file_data = None;
+                        }
+                    }
+                    let input: &[u8] = if into_file { &[] } else { &buf[..n] };
+                    for ev in decoder.feed_borrowed(input) {
+                        match ev {
+                            Ok(FrameEvent::Message(msg)) => replies.extend(self.handle(msg)),
+                            Ok(FrameEvent::DataBegin { message, .. }) => {
+                                // Only file data streams (see the decoder above).
+                                if let SessionMessage::FileXferData { id, .. } = message {
+                                    file_data = Some(id);
                                 }
                             }
+                            Ok(FrameEvent::Data(piece)) => {
+                                replies.extend(file_data.and_then(|id| self.files.data(id, piece)));
+                            }
+                            Ok(FrameEvent::DataEnd) => file_data = None,
                             Err(e) => tracing::warn!("bad frame from guestlinkd: {e}"),
+                        }
+                    }
+                    for reply in replies {
+                        if !send_parts(&out, frame(reply, self.daemon_takes_fds)).await {
+                            break 'conn End::Lost("daemon not reading".into());
                         }
                     }
                     if decoder.is_poisoned() {

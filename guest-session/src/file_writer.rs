@@ -1,8 +1,8 @@
 //! How a received file's bytes reach the disk.
 //!
 //! Large files on a local disk filesystem (ext4, xfs) are written with direct I/O (`O_DIRECT`) on a thread of
-//! their own: the agent's loop only copies the arriving data into page-aligned blocks of [`BLOCK`] bytes and
-//! hands them over, and the disk reads them straight from those blocks while more data arrives. No page cache is
+//! their own: the agent's loop reads the arriving data straight into page-aligned blocks of [`BLOCK`] bytes
+//! ([`FileWriter::room`], or copies it there with [`FileWriter::write`]) and hands them over, and the disk reads them straight from those blocks while more data arrives. No page cache is
 //! filled: the agent spends about 30 % less CPU on a large file (no fresh pages to allocate, copy into and write
 //! back; docs/BENCHMARKS.md), and a multi-GB file does not push the desktop's working set out of memory. At most
 //! [`MAX_DIRECT`] transfers of an agent use a thread (the caller counts), each with [`BUFFERS`] blocks, so memory
@@ -93,6 +93,25 @@ impl FileWriter {
                 Ok(())
             }
             Self::Direct(w) => w.write(data),
+        }
+    }
+
+    /// Room for the next bytes in the block being filled, for a caller that reads them straight in (then
+    /// [`FileWriter::filled`]); `None` when writing buffered, where there is no block to read into.
+    pub fn room(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Self::Buffered { .. } => None,
+            Self::Direct(w) => Some(w.room()),
+        }
+    }
+
+    /// The first `n` bytes of [`FileWriter::room`] were filled: they are appended like [`FileWriter::write`].
+    pub fn filled(&mut self, n: usize) -> io::Result<()> {
+        match self {
+            Self::Buffered { .. } => {
+                Err(io::Error::other("no block to fill when writing buffered"))
+            }
+            Self::Direct(w) => w.filled(n),
         }
     }
 
@@ -201,16 +220,31 @@ impl DirectWriter {
 
     fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            let n = (BLOCK - self.fill).min(data.len());
-            self.current.bytes_mut()[self.fill..self.fill + n].copy_from_slice(&data[..n]);
-            self.fill += n;
+            let room = self.room();
+            let n = room.len().min(data.len());
+            room[..n].copy_from_slice(&data[..n]);
             data = &data[n..];
-            if self.fill == BLOCK {
-                let next = self.next_block()?;
-                let full = std::mem::replace(&mut self.current, next);
-                self.send(full, BLOCK)?;
-                self.fill = 0;
-            }
+            self.filled(n)?;
+        }
+        Ok(())
+    }
+
+    /// The unfilled rest of the current block (never empty: a full block is handed over at once).
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.current.bytes_mut()[self.fill..]
+    }
+
+    /// `n` more bytes of the current block are filled; a full one goes to the thread.
+    fn filled(&mut self, n: usize) -> io::Result<()> {
+        if n > BLOCK - self.fill {
+            return Err(io::Error::other("filled past the end of the block"));
+        }
+        self.fill += n;
+        if self.fill == BLOCK {
+            let next = self.next_block()?;
+            let full = std::mem::replace(&mut self.current, next);
+            self.send(full, BLOCK)?;
+            self.fill = 0;
         }
         Ok(())
     }

@@ -259,14 +259,45 @@ impl FileReceiver {
     /// FILE_XFER_DATA: appends; returns a final status when the transfer completed or failed (a zero-size file
     /// completes with its one empty DATA, as spice-gtk sends it).
     pub fn data(&mut self, id: u32, data: &[u8]) -> Option<SessionMessage> {
+        self.append(id, data.len(), |w| w.write(data))
+    }
+
+    /// Room for at most `max` next bytes of transfer `id`, in the block its direct-I/O writer fills, so the
+    /// connection can read them from the socket straight in (then [`FileReceiver::data_read`]). `None`: not an
+    /// active direct transfer; its data goes through [`FileReceiver::data`].
+    pub fn room(&mut self, id: u32, max: usize) -> Option<&mut [u8]> {
+        let room = self.active.get_mut(&id)?.writer.room()?;
+        let n = room.len().min(max);
+        Some(&mut room[..n])
+    }
+
+    /// The first `n` bytes of [`FileReceiver::room`] were read in: appended like [`FileReceiver::data`].
+    pub fn data_read(&mut self, id: u32, n: usize) -> Option<SessionMessage> {
+        self.append(id, n, |w| w.filled(n))
+    }
+
+    /// Whether a transfer is written with direct I/O (the connection then reads frame heads in small pieces, so
+    /// the data behind them can be read straight into the blocks).
+    pub fn any_direct(&self) -> bool {
+        self.active.values().any(|t| t.writer.is_direct())
+    }
+
+    /// Counts `len` more bytes of transfer `id` and has `write` store them; a final status when it completed or
+    /// failed. More bytes than announced fail the transfer before anything is stored.
+    fn append(
+        &mut self,
+        id: u32,
+        len: usize,
+        write: impl FnOnce(&mut FileWriter) -> std::io::Result<()>,
+    ) -> Option<SessionMessage> {
         let t = self.active.get_mut(&id)?;
-        let new_total = t.received.saturating_add(data.len() as u64);
+        let new_total = t.received.saturating_add(len as u64);
         if new_total > t.size {
             tracing::warn!(id, "more file data than announced");
             self.abort(id);
             return Some(error(id, G_IO_ERROR_FAILED));
         }
-        if let Err(e) = t.writer.write(data) {
+        if let Err(e) = write(&mut t.writer) {
             tracing::warn!(id, "writing a received file: {e}");
             let code = io_error_code(&e);
             self.abort(id);
@@ -492,6 +523,59 @@ mod tests {
                 data
             );
         }
+    }
+
+    /// Data read straight into the blocks (as the connection does from the socket), mixed with copied pieces,
+    /// lands whole and in order; bytes read in past the announced size fail the transfer and store nothing.
+    #[test]
+    fn data_read_into_the_blocks_lands_in_order() {
+        use crate::file_writer::{BLOCK, DIRECT_MIN};
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = FileReceiver::new(Some(dir.path().to_owned()));
+        let size = DIRECT_MIN + 3 * BLOCK as u64 / 2 + 4321;
+        assert_eq!(code(&r.start(1, "f", size)).0, 0);
+        if r.room(1, 1).is_none() {
+            eprintln!("the temp dir is not on ext4/xfs: no direct I/O blocks to read into");
+            return;
+        }
+        assert!(r.any_direct());
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let (mut at, mut turn, mut last) = (0usize, 0usize, None);
+        while at < data.len() {
+            // Odd sizes: reads that stop inside a block, end one exactly, and copied pieces in between.
+            let want = [4093, 65_536, 1 << 20, 1]
+                .get(turn % 4)
+                .copied()
+                .unwrap_or(1);
+            let want = want.min(data.len() - at);
+            turn += 1;
+            if turn % 3 == 0 {
+                last = r.data(1, &data[at..at + want]);
+                at += want;
+                continue;
+            }
+            let room = r.room(1, want).unwrap();
+            assert!(!room.is_empty() && room.len() <= want);
+            let n = room.len();
+            room.copy_from_slice(&data[at..at + n]);
+            last = r.data_read(1, n);
+            at += n;
+        }
+        assert_eq!(code(&last.unwrap()).0, 3);
+        assert!(!r.any_direct());
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), data);
+
+        assert_eq!(code(&r.start(2, "g", DIRECT_MIN)).0, 0);
+        let room = r.room(2, usize::MAX).unwrap();
+        assert_eq!(room.len(), BLOCK, "a whole block to read into");
+        for _ in 0..DIRECT_MIN / BLOCK as u64 - 1 {
+            assert!(r.data_read(2, BLOCK).is_none());
+        }
+        // One byte more than announced in the last block.
+        assert!(r.room(2, BLOCK + 1).unwrap().len() == BLOCK);
+        assert_eq!(code(&r.data_read(2, BLOCK + 1).unwrap()).0, 2);
+        assert!(r.room(2, 1).is_none(), "the transfer is gone");
+        assert_eq!(names(dir.path()), vec!["f"]);
     }
 
     /// A large transfer cancelled (or dropped with its daemon) mid-way, while its writer thread has blocks in

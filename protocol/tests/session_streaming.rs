@@ -209,3 +209,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn one_kind_streams_in_pieces_borrowed_from_the_input() {
+    let file = SessionMessage::FileXferData {
+        id: 4,
+        data: (0..200_000u32).map(|i| (i % 253) as u8).collect(),
+    };
+    let big_clip = clip(STREAM_MIN * 5, 3);
+    let stream: Vec<u8> = [&big_clip, &file, &big_clip]
+        .iter()
+        .flat_map(|m| encode(m).unwrap())
+        .collect();
+    let mut d = FrameDecoder::with_max_body(MAX_FRAME_BODY).streaming_kind(9, STREAM_MIN);
+    let (mut whole, mut data, mut begun, mut ended) = (Vec::new(), Vec::new(), 0, 0);
+    // Odd-sized inputs, so pieces start and end anywhere.
+    for part in stream.chunks(7_777) {
+        for ev in d.feed_borrowed(part) {
+            match ev.unwrap() {
+                FrameEvent::Message(m) => whole.push(m),
+                FrameEvent::DataBegin { message, len } => {
+                    assert_eq!(
+                        message,
+                        SessionMessage::FileXferData {
+                            id: 4,
+                            data: Vec::new()
+                        }
+                    );
+                    assert_eq!(len, 200_000);
+                    begun += 1;
+                }
+                FrameEvent::Data(piece) => {
+                    // Borrowed from this input: it lies inside `part`.
+                    let inside = part.as_ptr_range();
+                    assert!(inside.contains(&piece.as_ptr()) && piece.len() <= part.len());
+                    data.extend_from_slice(piece);
+                }
+                FrameEvent::DataEnd => ended += 1,
+            }
+        }
+        assert!(d.buffered_bytes() < 2 * STREAM_MIN * 5 + 4096);
+    }
+    // The clipboard frames are collected whole, only the file data streams.
+    assert_eq!(whole, vec![big_clip.clone(), big_clip]);
+    assert_eq!((begun, ended), (1, 1));
+    assert_eq!(data, file.data());
+}

@@ -1,6 +1,8 @@
 //! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
 
 use std::fs::File;
+use std::io::IoSliceMut;
+use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,19 +11,100 @@ use guestlink_protocol::vdagent::file_xfer::{
     G_IO_ERROR_INVALID_FILENAME, G_IO_ERROR_TOO_MANY_OPEN_FILES,
 };
 use guestlink_protocol::vdagent::{
-    encode_raw_message_into, ChunkMode, ClipboardType, FileXferData, FileXferDetail,
+    encode_raw_message_holes, ChunkMode, ClipboardType, FileXferData, FileXferDetail,
     FileXferResult, FileXferStart, FileXferStatus, Message, MessageType, MonitorConfig,
     MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
 };
 
 use super::{SpiceError, SpiceLink};
-use crate::file::read_full;
+use nix::sys::uio::preadv;
 
 /// Bytes per FILE_XFER_DATA message (spice-gtk's `FILE_XFER_CHUNK_SIZE`).
 pub const FILE_CHUNK: usize = 64 * 1024;
 /// FILE_XFER_DATA messages framed into one write (1 MiB of file data): a sixteenth of the syscalls and of the
 /// checks for a guest abort, with the messages on the wire unchanged.
 const FILE_BATCH: usize = 16;
+/// File bytes per batch.
+const BATCH_BYTES: usize = FILE_BATCH * FILE_CHUNK;
+
+/// The frames of one batch of FILE_XFER_DATA messages with the places of their file data (see
+/// [`encode_raw_message_holes`]). A batch of the same length is laid out only once: each full batch of a
+/// transfer reuses the frames and only reads new file data into them.
+#[derive(Debug, Default)]
+struct BatchFrames {
+    bytes: Vec<u8>,
+    holes: Vec<Range<usize>>,
+    /// (transfer id, file bytes) of the current layout.
+    shape: Option<(u32, usize)>,
+}
+
+impl BatchFrames {
+    /// Lays out the frames of `len` file bytes of transfer `id` in 64 KiB messages (a zero-length file gets one
+    /// empty DATA message, like spice-gtk).
+    fn layout(&mut self, id: u32, len: usize) -> Result<(), SpiceError> {
+        if self.shape == Some((id, len)) {
+            return Ok(());
+        }
+        self.bytes.clear();
+        self.holes.clear();
+        let mut left = len;
+        loop {
+            let n = left.min(FILE_CHUNK);
+            encode_raw_message_holes(
+                &mut self.bytes,
+                Port::Client,
+                MessageType::FileXferData.as_u32(),
+                &FileXferData::payload_head(id, n),
+                n,
+                ChunkMode::Split,
+                &mut self.holes,
+            )
+            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
+            left -= n;
+            if left == 0 {
+                break;
+            }
+        }
+        self.shape = Some((id, len));
+        Ok(())
+    }
+
+    /// Reads the file bytes from `offset` on straight into the frames' data places (`preadv`; a full batch has
+    /// 528 of them, within `IOV_MAX`). A file that ends early is an error: START announced its size.
+    fn fill(&mut self, file: &File, offset: u64) -> std::io::Result<()> {
+        let mut slices = Vec::with_capacity(self.holes.len());
+        let mut rest = &mut self.bytes[..];
+        let mut base = 0;
+        for h in &self.holes {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(h.start - base);
+            let (hole, after) = tail.split_at_mut(h.len());
+            slices.push(IoSliceMut::new(hole));
+            rest = after;
+            base = h.end;
+        }
+        let mut bufs = &mut slices[..];
+        let mut at = offset;
+        while !bufs.is_empty() {
+            let pos =
+                nix::libc::off_t::try_from(at).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+            match preadv(file, bufs, pos) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file got shorter while it was being sent",
+                    ))
+                }
+                Ok(n) => {
+                    IoSliceMut::advance_slices(&mut bufs, n);
+                    at += n as u64;
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A display selection name.
 pub fn selection_name(s: Selection) -> String {
@@ -353,8 +436,16 @@ pub fn send_file(
         path: path.into(),
         source,
     };
-    let mut file = File::open(path).map_err(|e| local("cannot open", e))?;
-    let size = file.metadata().map_err(|e| local("cannot stat", e))?.len();
+    let file = File::open(path).map_err(|e| local("cannot open", e))?;
+    let meta = file.metadata().map_err(|e| local("cannot stat", e))?;
+    if !meta.is_file() {
+        // START announces the size, which only a regular file has.
+        return Err(SpiceError::Usage(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    let size = meta.len();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -384,42 +475,16 @@ pub fn send_file(
         return Err(fail(&st));
     }
     let mut sent = 0u64;
-    // Each DATA payload is built in place (the file is read straight in behind the fixed fields), then framed
-    // into a batch that goes out in one write.
-    let head = FileXferData::HEAD_SIZE;
-    let mut payload = vec![0u8; head + FILE_CHUNK];
-    let mut batch = Vec::with_capacity(FILE_BATCH * (FILE_CHUNK + FILE_CHUNK / 32 * 8 + 64));
-    let mut eof = false;
-    while !eof {
-        batch.clear();
-        let mut batched = 0;
-        for _ in 0..FILE_BATCH {
-            let n =
-                read_full(&mut file, &mut payload[head..]).map_err(|e| local("cannot read", e))?;
-            eof = n < FILE_CHUNK;
-            // A zero-length file still gets one empty DATA message (like spice-gtk).
-            if n == 0 && (sent > 0 || batched > 0) {
-                break;
-            }
-            payload[..head].copy_from_slice(&FileXferData::payload_head(id, n));
-            encode_raw_message_into(
-                &mut batch,
-                Port::Client,
-                MessageType::FileXferData.as_u32(),
-                &payload[..head + n],
-                ChunkMode::Split,
-            )
-            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
-            batched += n;
-            if eof {
-                break;
-            }
-        }
-        if batch.is_empty() {
-            break;
-        }
-        link.send_framed(&batch)?;
-        sent += batched as u64;
+    let mut frames = BatchFrames::default();
+    loop {
+        // `size - sent` ≤ the batch here, so it fits in usize.
+        let n = (size - sent).min(BATCH_BYTES as u64) as usize;
+        frames.layout(id, n)?;
+        frames
+            .fill(&file, sent)
+            .map_err(|e| local("cannot read", e))?;
+        link.send_framed(&frames.bytes)?;
+        sent += n as u64;
         progress(sent, size);
         // The guest may abort mid-way.
         while let Some((_, m)) = link.try_recv()? {
@@ -432,6 +497,9 @@ pub fn send_file(
                     };
                 }
             }
+        }
+        if sent == size {
+            break;
         }
     }
     let st = wait_status(
@@ -450,6 +518,48 @@ pub fn send_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guestlink_protocol::vdagent::encode_raw_message_into;
+
+    #[test]
+    fn batches_are_the_messages_spice_gtk_sends() {
+        let data: Vec<u8> = (0..BATCH_BYTES as u32 + 70_001)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        let mut frames = BatchFrames::default();
+        // A full batch, the same batch shape again (frames reused, new data), a short last batch, an empty file.
+        for (offset, len) in [
+            (0, BATCH_BYTES),
+            (70_001, BATCH_BYTES),
+            (BATCH_BYTES, 70_001),
+            (0, 0),
+        ] {
+            frames.layout(9, len).unwrap();
+            frames.fill(&f, offset as u64).unwrap();
+            let mut want = Vec::new();
+            let mut pieces: Vec<&[u8]> = data[offset..offset + len].chunks(FILE_CHUNK).collect();
+            if pieces.is_empty() {
+                pieces.push(&[]);
+            }
+            for piece in pieces {
+                let mut payload = FileXferData::payload_head(9, piece.len()).to_vec();
+                payload.extend_from_slice(piece);
+                encode_raw_message_into(
+                    &mut want,
+                    Port::Client,
+                    MessageType::FileXferData.as_u32(),
+                    &payload,
+                    ChunkMode::Split,
+                )
+                .unwrap();
+            }
+            assert!(frames.bytes == want, "batch at {offset}, {len} bytes");
+        }
+        frames.layout(9, BATCH_BYTES).unwrap();
+        let e = frames.fill(&f, data.len() as u64 - 10).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+    }
 
     #[test]
     fn monitor_specs() {

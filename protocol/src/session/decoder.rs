@@ -2,6 +2,8 @@
 //! optional streaming of large data parts ([`FrameDecoder::streaming`]), so a relay such as guestlinkd can pass
 //! a 16 MiB clipboard answer on while it is still arriving instead of holding all of it first.
 
+use std::ops::Range;
+
 use super::error::SessionError;
 use super::frame::{
     FrameHeader, FRAME_HEADER_SIZE, FRAME_MAGIC, FRAME_VERSION, MAX_FRAME_BODY, MAX_META_SIZE,
@@ -9,9 +11,10 @@ use super::frame::{
 use super::message::{SessionMessage, MAX_KIND};
 use crate::growth::grow_within;
 
-/// What [`FrameDecoder::feed_events`] produces.
+/// What [`FrameDecoder::feed_events`] produces (`D` = `Vec<u8>`), and [`FrameDecoder::feed_borrowed`] with the
+/// data pieces borrowed from its input (`D` = `&[u8]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FrameEvent {
+pub enum FrameEvent<D = Vec<u8>> {
     /// A whole message.
     Message(SessionMessage),
     /// A streamed message begins: `message` has an empty data part; `len` data bytes follow as
@@ -23,10 +26,25 @@ pub enum FrameEvent {
         len: usize,
     },
     /// The next piece of the streamed data part (never empty; at most one `feed` input long).
-    Data(Vec<u8>),
+    Data(D),
     /// The streamed data part is complete.
     DataEnd,
 }
+
+impl<D> FrameEvent<D> {
+    /// The same event with its data piece mapped by `f`.
+    fn map_data<E>(self, f: impl FnOnce(D) -> E) -> FrameEvent<E> {
+        match self {
+            Self::Message(m) => FrameEvent::Message(m),
+            Self::DataBegin { message, len } => FrameEvent::DataBegin { message, len },
+            Self::Data(d) => FrameEvent::Data(f(d)),
+            Self::DataEnd => FrameEvent::DataEnd,
+        }
+    }
+}
+
+/// What [`FrameDecoder::run`] collects: streamed pieces as ranges of its input.
+type Events = Vec<Result<FrameEvent<Range<usize>>, SessionError>>;
 
 /// Where the decoder is within the current frame.
 #[derive(Debug)]
@@ -59,6 +77,8 @@ pub struct FrameDecoder {
     max_body: u32,
     /// Stream data parts of at least this many bytes (see [`FrameDecoder::streaming`]).
     stream_min: Option<usize>,
+    /// Stream only frames of this kind (see [`FrameDecoder::streaming_kind`]).
+    stream_kind: Option<u16>,
     header_buf: [u8; FRAME_HEADER_SIZE],
     header_len: usize,
     /// Kind of the current frame.
@@ -88,6 +108,7 @@ impl FrameDecoder {
         Self {
             max_body: max_body.min(MAX_FRAME_BODY),
             stream_min: None,
+            stream_kind: None,
             header_buf: [0; FRAME_HEADER_SIZE],
             header_len: 0,
             kind: 0,
@@ -107,9 +128,46 @@ impl FrameDecoder {
         self
     }
 
+    /// [`FrameDecoder::streaming`] for frames of `kind` only (a kind with a data part); the others are collected
+    /// as usual.
+    pub fn streaming_kind(mut self, kind: u16, min: usize) -> Self {
+        self.stream_kind = Some(kind);
+        self.streaming(min)
+    }
+
     /// Whether a fatal error stopped the decoder.
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
+    }
+
+    /// Data bytes of the data part being streamed that are still to come (0 when none is streaming). A caller
+    /// may take up to that many next bytes of its stream itself (read them straight into their destination) and
+    /// report them with [`FrameDecoder::consumed`] instead of feeding them.
+    pub fn stream_left(&self) -> usize {
+        match self.phase {
+            Phase::Stream => self.left,
+            _ => 0,
+        }
+    }
+
+    /// The caller took the next `n` bytes of the streamed data part itself (at most
+    /// [`FrameDecoder::stream_left`]; more are not counted); returns whether that completed the part — where
+    /// feeding them would have ended with [`FrameEvent::DataEnd`].
+    pub fn consumed(&mut self, n: usize) -> bool {
+        if !matches!(self.phase, Phase::Stream) || n == 0 {
+            return false;
+        }
+        debug_assert!(
+            n <= self.left,
+            "consumed {n} of {} streamed bytes",
+            self.left
+        );
+        self.left -= n.min(self.left);
+        if self.left > 0 {
+            return false;
+        }
+        self.end_frame();
+        true
     }
 
     /// Memory held for the partial frame (header bytes plus buffer capacities).
@@ -136,14 +194,28 @@ impl FrameDecoder {
     /// Feeds bytes; returns whole messages and, for data parts of at least the [`FrameDecoder::streaming`]
     /// size, the streamed message's events.
     pub fn feed_events(&mut self, input: &[u8]) -> Vec<Result<FrameEvent, SessionError>> {
-        self.run(input, true)
+        self.feed_borrowed(input)
+            .into_iter()
+            .map(|r| r.map(|ev| ev.map_data(<[u8]>::to_vec)))
+            .collect()
     }
 
-    fn run(
+    /// [`FrameDecoder::feed_events`] with the streamed data pieces borrowed from `input` instead of copied, for a
+    /// receiver that stores them elsewhere anyway (guestlink-session writing a received file).
+    pub fn feed_borrowed<'a>(
         &mut self,
-        mut input: &[u8],
-        allow_stream: bool,
-    ) -> Vec<Result<FrameEvent, SessionError>> {
+        input: &'a [u8],
+    ) -> Vec<Result<FrameEvent<&'a [u8]>, SessionError>> {
+        self.run(input, true)
+            .into_iter()
+            .map(|r| r.map(|ev| ev.map_data(|range| &input[range])))
+            .collect()
+    }
+
+    /// Decodes `input`; streamed data pieces are given as their ranges in `input`.
+    fn run(&mut self, input: &[u8], allow_stream: bool) -> Events {
+        let whole = input.len();
+        let mut input = input;
         let mut out = Vec::new();
         if self.poisoned {
             if !input.is_empty() {
@@ -212,7 +284,8 @@ impl FrameDecoder {
                 Phase::Stream => {
                     let n = self.left.min(input.len());
                     if n > 0 {
-                        out.push(Ok(FrameEvent::Data(input[..n].to_vec())));
+                        let at = whole - input.len();
+                        out.push(Ok(FrameEvent::Data(at..at + n)));
                         self.left -= n;
                         input = &input[n..];
                     }
@@ -237,7 +310,7 @@ impl FrameDecoder {
     }
 
     /// The header passed its checks: start on the body.
-    fn start_frame(&mut self, h: FrameHeader, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+    fn start_frame(&mut self, h: FrameHeader, out: &mut Events) {
         self.kind = h.kind;
         self.left = h.length as usize;
         if h.kind == 0 || h.kind > MAX_KIND {
@@ -253,7 +326,7 @@ impl FrameDecoder {
     }
 
     /// The metadata length is known: check it and whether the frame may be buffered or must be streamed.
-    fn prefix_done(&mut self, allow_stream: bool, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+    fn prefix_done(&mut self, allow_stream: bool, out: &mut Events) {
         let meta_len = u32::from_le_bytes([self.head[0], self.head[1], self.head[2], self.head[3]]);
         if meta_len > MAX_META_SIZE || meta_len as usize > self.left {
             let e = SessionError::BadBody(format!("metadata length {meta_len} out of bounds"));
@@ -275,7 +348,7 @@ impl FrameDecoder {
     }
 
     /// The metadata is complete: decode it, then collect or stream the data part.
-    fn meta_done(&mut self, allow_stream: bool, out: &mut Vec<Result<FrameEvent, SessionError>>) {
+    fn meta_done(&mut self, allow_stream: bool, out: &mut Events) {
         let data_len = self.left;
         let message = match decode_meta(self.kind, &self.head[4..], data_len == 0) {
             Ok(m) => m,
@@ -301,12 +374,17 @@ impl FrameDecoder {
     /// Whether a data part of `data_len` bytes in the current frame is streamed.
     fn streams(&self, allow_stream: bool, data_len: usize) -> bool {
         allow_stream
-            && SessionMessage::kind_has_data(self.kind)
+            && self.streamed_kind(self.kind)
             && self.stream_min.is_some_and(|min| data_len >= min)
     }
 
+    /// Whether data parts of frames of `kind` may be streamed.
+    fn streamed_kind(&self, kind: u16) -> bool {
+        SessionMessage::kind_has_data(kind) && self.stream_kind.is_none_or(|k| k == kind)
+    }
+
     /// Reports a per-frame error and skips the rest of the frame.
-    fn fail(&mut self, out: &mut Vec<Result<FrameEvent, SessionError>>, e: SessionError) {
+    fn fail(&mut self, out: &mut Events, e: SessionError) {
         out.push(Err(e));
         self.phase = Phase::Skip;
     }
@@ -325,8 +403,7 @@ impl FrameDecoder {
             return Err(SessionError::UnsupportedVersion(h.version));
         }
         // A frame that may be streamed is only bounded by the protocol cap here; `prefix_done` checks the rest.
-        let may_stream =
-            allow_stream && self.stream_min.is_some() && SessionMessage::kind_has_data(h.kind);
+        let may_stream = allow_stream && self.stream_min.is_some() && self.streamed_kind(h.kind);
         let max = if may_stream {
             MAX_FRAME_BODY
         } else {

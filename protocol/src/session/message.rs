@@ -209,6 +209,9 @@ pub enum SessionMessage {
 /// The highest frame kind this version knows (kinds are 1..=`MAX_KIND`).
 pub const MAX_KIND: u16 = 19;
 
+/// The frame kind of [`SessionMessage::FileXferData`] (for a decoder that streams only file data).
+pub const KIND_FILE_XFER_DATA: u16 = 9;
+
 /// Hello capability of a daemon that accepts [`SessionMessage::ClipboardDataFd`].
 pub const CAP_CLIPBOARD_FD: &str = "clipboard-fd";
 
@@ -224,7 +227,7 @@ impl SessionMessage {
             Self::ClipboardRelease { .. } => 6,
             Self::MonitorsConfig { .. } => 7,
             Self::FileXferStart { .. } => 8,
-            Self::FileXferData { .. } => 9,
+            Self::FileXferData { .. } => KIND_FILE_XFER_DATA,
             Self::FileXferStatus { .. } => 10,
             Self::FileXferCancel { .. } => 11,
             Self::FileXferDisable => 12,

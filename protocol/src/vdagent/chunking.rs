@@ -3,6 +3,8 @@
 //! Towards the guest every chunk body is ≤ 2048 bytes (`VD_AGENT_MAX_DATA_SIZE`, what spice-server delivers);
 //! from the guest spice-vdagentd sends each message as one chunk of any size. Both are offered as [`ChunkMode`].
 
+use std::ops::Range;
+
 use super::error::VdagentError;
 use super::header::{
     ChunkHeader, MessageHeader, Port, CHUNK_HEADER_SIZE, MAX_CHUNK_DATA_SIZE, MESSAGE_HEADER_SIZE,
@@ -58,6 +60,39 @@ pub fn encode_raw_message_into(
     frame_into(out, port, &header.encode(), payload, mode)
 }
 
+/// [`encode_raw_message_into`] for a message whose payload is `fixed` followed by `data_len` bytes that are not
+/// at hand yet: the data's places in `out` are zero-filled and their ranges pushed to `holes`, in order. Writing
+/// the data into the holes gives exactly `encode_raw_message_into` of `fixed` + data, so a sender can read file
+/// data straight into its frames (`preadv`) instead of copying it there, and reuse the frames for every batch
+/// of the same shape.
+pub fn encode_raw_message_holes(
+    out: &mut Vec<u8>,
+    port: Port,
+    msg_type: u32,
+    fixed: &[u8],
+    data_len: usize,
+    mode: ChunkMode,
+    holes: &mut Vec<Range<usize>>,
+) -> Result<(), VdagentError> {
+    let header = MessageHeader::new(
+        msg_type,
+        len_u32(fixed.len() + data_len, "payload larger than 4 GiB")?,
+    );
+    frame_parts(
+        out,
+        port,
+        &header.encode(),
+        fixed,
+        data_len,
+        mode,
+        |out, n| {
+            let at = out.len();
+            out.resize(at + n, 0);
+            holes.push(at..at + n);
+        },
+    )
+}
+
 /// Appends message bytes (`header` then `payload`) wrapped in chunk headers to `out`.
 fn frame_into(
     out: &mut Vec<u8>,
@@ -66,7 +101,22 @@ fn frame_into(
     payload: &[u8],
     mode: ChunkMode,
 ) -> Result<(), VdagentError> {
-    let total = MESSAGE_HEADER_SIZE + payload.len();
+    frame_parts(out, port, header, payload, 0, mode, |_, _| {})
+}
+
+/// Appends the chunks of a message whose bytes are `header`, then `known`, then `data_len` bytes that
+/// `data(out, n)` appends (the next `n` of them, in order) — each chunk header followed by its share.
+fn frame_parts(
+    out: &mut Vec<u8>,
+    port: Port,
+    header: &[u8; MESSAGE_HEADER_SIZE],
+    known: &[u8],
+    data_len: usize,
+    mode: ChunkMode,
+    mut data: impl FnMut(&mut Vec<u8>, usize),
+) -> Result<(), VdagentError> {
+    let known_end = MESSAGE_HEADER_SIZE + known.len();
+    let total = known_end + data_len;
     let max = match mode {
         ChunkMode::Split => MAX_CHUNK_DATA_SIZE,
         ChunkMode::Single => {
@@ -75,7 +125,7 @@ fn frame_into(
         }
     };
     let chunks = total.div_ceil(max.max(1));
-    out.reserve(total + chunks * CHUNK_HEADER_SIZE);
+    out.reserve(known_end + chunks * CHUNK_HEADER_SIZE);
     let mut offset = 0;
     while offset < total {
         let n = (total - offset).min(max);
@@ -91,11 +141,14 @@ fn frame_into(
         if offset < MESSAGE_HEADER_SIZE {
             out.extend_from_slice(&header[offset..end.min(MESSAGE_HEADER_SIZE)]);
         }
-        if end > MESSAGE_HEADER_SIZE {
+        if end > MESSAGE_HEADER_SIZE && offset < known_end {
             out.extend_from_slice(
-                &payload[offset.max(MESSAGE_HEADER_SIZE) - MESSAGE_HEADER_SIZE
-                    ..end - MESSAGE_HEADER_SIZE],
+                &known[offset.max(MESSAGE_HEADER_SIZE) - MESSAGE_HEADER_SIZE
+                    ..end.min(known_end) - MESSAGE_HEADER_SIZE],
             );
+        }
+        if end > known_end {
+            data(out, end - offset.max(known_end));
         }
         offset = end;
     }
@@ -199,6 +252,42 @@ mod tests {
                 if i == 0 {
                     assert_eq!(data.len(), 70_000, "the clipboard data is not in the head");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn filled_holes_equal_the_whole_message() {
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i % 249) as u8).collect();
+        let fixed = [7u8; 12];
+        // Empty data, data that ends inside the first chunk, on a chunk edge, and across many chunks.
+        for len in [0, 1, 2000, 2016, 2017, 4096, 65_536, 70_000] {
+            for mode in [ChunkMode::Split, ChunkMode::Single] {
+                let mut payload = fixed.to_vec();
+                payload.extend_from_slice(&data[..len]);
+                let mut whole = b"before".to_vec();
+                encode_raw_message_into(&mut whole, Port::Client, 5, &payload, mode).unwrap();
+                let mut framed = b"before".to_vec();
+                let mut holes = Vec::new();
+                encode_raw_message_holes(
+                    &mut framed,
+                    Port::Client,
+                    5,
+                    &fixed,
+                    len,
+                    mode,
+                    &mut holes,
+                )
+                .unwrap();
+                assert_eq!(framed.len(), whole.len(), "{len} {mode:?}");
+                assert_eq!(holes.iter().map(|h| h.len()).sum::<usize>(), len);
+                let mut next = 0;
+                for h in &holes {
+                    assert!(h.start >= 6 && framed[h.clone()].iter().all(|b| *b == 0));
+                    framed[h.clone()].copy_from_slice(&data[next..next + h.len()]);
+                    next += h.len();
+                }
+                assert_eq!(framed, whole, "{len} {mode:?}");
             }
         }
     }

@@ -25,8 +25,8 @@ mod wire;
 
 pub use caps::{Capabilities, Capability};
 pub use chunking::{
-    encode_message, encode_raw_message, encode_raw_message_into, encode_single_head,
-    encode_single_parts, ChunkMode,
+    encode_message, encode_raw_message, encode_raw_message_holes, encode_raw_message_into,
+    encode_single_head, encode_single_parts, ChunkMode,
 };
 pub use clipboard::{ClipboardType, GrabSerials, Selection, SerialRule};
 pub use display::{
