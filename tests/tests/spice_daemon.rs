@@ -394,16 +394,8 @@ fn file_byte(id: u32, i: usize) -> u8 {
     (i.wrapping_mul(31).wrapping_add(id as usize * 7) % 251) as u8
 }
 
-/// Starts file transfer `id` of `size` bytes: START, the agent's CAN_SEND_DATA, then a thread writing all DATA
-/// messages (`piece` bytes each) to the port; the thread returns whether it wrote everything, and sets `done`.
-fn start_transfer(
-    host: &mut Host,
-    agent: &mut Agent,
-    id: u32,
-    size: usize,
-    piece: usize,
-    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<bool> {
+/// START of transfer `id` (`size` bytes) from the host, answered CAN_SEND_DATA by the agent.
+fn begin_transfer(host: &mut Host, agent: &mut Agent, id: u32, size: usize) {
     host.send(
         Port::Client,
         &Message::FileXferStart(FileXferStart {
@@ -426,6 +418,19 @@ fn start_transfer(
     host.expect("CAN_SEND_DATA", |_, m| {
         status_of(m, id).filter(|s| s.result == FileXferResult::CanSendData)
     });
+}
+
+/// Starts file transfer `id` of `size` bytes: START, the agent's CAN_SEND_DATA, then a thread writing all DATA
+/// messages (`piece` bytes each) to the port; the thread returns whether it wrote everything, and sets `done`.
+fn start_transfer(
+    host: &mut Host,
+    agent: &mut Agent,
+    id: u32,
+    size: usize,
+    piece: usize,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<bool> {
+    begin_transfer(host, agent, id, size);
     let mut w = host.s.try_clone().unwrap();
     let wire = host.wire;
     std::thread::spawn(move || {
@@ -532,5 +537,60 @@ fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     // The daemon closes the port (no agent can serve), so the blocked host writer ends.
     drop(host);
     let _ = writer.join().unwrap();
+    assert!(s.daemon.alive());
+}
+
+/// Bounded memory against a hostile host (vdagent-protocol.md §4): FILE_XFER_DATA messages of 32 MiB each
+/// (spice-gtk sends 64 KiB) for an agent that does not read are held only up to the agent queue's 16 MiB byte
+/// budget plus the message in hand — not queued 256 deep, which let 256 such messages pile up (8 GiB) — and
+/// once the agent reads again every byte arrives, in order.
+#[test]
+fn huge_data_messages_for_a_stalled_agent_stay_within_the_queue_budget() {
+    const MSG: usize = 32 << 20;
+    const COUNT: usize = 8;
+    let mut s = Setup::start();
+    let mut agent = Agent::connect(&s.session_socket());
+    agent.hello_and_geometry();
+    let mut host = Host::accept(&s.listener);
+    host.handshake();
+    begin_transfer(&mut host, &mut agent, 5, MSG * COUNT);
+    let data: Vec<u8> = (0..MSG).map(|i| (i % 251) as u8).collect();
+    let m = Message::FileXferData(FileXferData {
+        id: 5,
+        data: data.clone(),
+    });
+    let bytes = encode_message(Port::Client, &m, host.wire, ChunkMode::Split).unwrap();
+    let mut w = host.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || (0..COUNT).all(|_| w.write_all(&bytes).is_ok()));
+    // The agent does not read: the daemon takes what it will (all of it, unbounded), then the host blocks.
+    let until = Instant::now() + Duration::from_secs(6);
+    while !writer.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.daemon.0.id())).unwrap();
+    let hwm_kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    // Budget (16 MiB, a 32 MiB frame takes it alone) + the frame being written + one in the backlog + one being
+    // reassembled, plus the daemon itself: about 110 MiB. Without the byte budget it was all 256 MiB and more.
+    assert!(
+        hwm_kib < 180 * 1024,
+        "guestlinkd held {} MiB for an agent that did not read",
+        hwm_kib / 1024
+    );
+    assert!(
+        !writer.is_finished(),
+        "the host wrote all {COUNT} messages: no backpressure"
+    );
+    for k in 0..COUNT {
+        let got = agent.expect("xfer data", |m| match m {
+            SessionMessage::FileXferData { id: 5, data: d } => Some(*d == data),
+            _ => None,
+        });
+        assert!(got, "DATA message {k} arrived changed");
+    }
+    assert!(writer.join().unwrap(), "the host's DATA writes failed");
     assert!(s.daemon.alive());
 }

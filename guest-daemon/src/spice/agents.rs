@@ -23,14 +23,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
+use super::agent_queue::{self, AgentTx};
 use super::logind::Logind;
 use super::passed_fd;
 use super::router::AgentId;
 
 /// Most simultaneously open session-socket connections.
 pub const MAX_CONNECTIONS: usize = 128;
-/// Frames queued towards one agent; when full, the core applies backpressure to the host (see `spice::run`).
-pub const AGENT_QUEUE: usize = 256;
 /// Largest frame body buffered from an agent. Agents send small frames, except clipboard answers: those with a
 /// data part of [`STREAM_MIN`] bytes or more are streamed to the core in pieces of at most [`READ_BUFFER`]
 /// bytes (up to the protocol's 64 MiB cap), so the memory one connection holds stays below a few hundred KiB,
@@ -53,7 +52,7 @@ pub enum Event {
         /// Its logind session ("" without logind).
         session: String,
         /// Queue to its writer task.
-        tx: mpsc::Sender<SessionMessage>,
+        tx: AgentTx,
     },
     /// A frame from an agent.
     Message(AgentId, SessionMessage),
@@ -127,7 +126,7 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
 
 async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::Sender<Event>) {
     let (rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<SessionMessage>(AGENT_QUEUE);
+    let (tx, mut rx) = agent_queue::channel();
     if events
         .send(Event::Connected { id, session, tx })
         .await
@@ -136,9 +135,11 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
         return;
     }
     let mut writer = tokio::spawn(async move {
-        while let Some(msg) = rx.recv().await {
+        while let Some(queued) = rx.recv().await {
+            // Its share of the queue's byte budget is released when `queued` is dropped, after the write.
+            let msg = &queued.msg;
             // The data part is written from the message itself, not copied behind the header.
-            let head = match encode_head(&msg) {
+            let head = match encode_head(msg) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(agent = id, "cannot encode a frame: {e}");

@@ -6,10 +6,10 @@
 //! active session has reported its geometry, and closed when none can serve; a stream error (chunk > 2048 bytes,
 //! lost sync, a message above the size cap) closes and reopens it.
 //!
-//! Flow control: frames for an agent go through its bounded writer queue ([`agents::AGENT_QUEUE`]). When it is
-//! full, further frames for that agent wait in a small per-agent backlog and the core stops reading the port
-//! until the agent drains its queue — the host then blocks on its end (SPICE flow control through QEMU's
-//! chardev). Agent events keep being served meanwhile. An agent that makes no progress for the stall timeout
+//! Flow control: frames for an agent go through its writer queue ([`agent_queue`]: at most 256 frames and
+//! 16 MiB of data). When it is full, further frames for that agent wait in a small per-agent backlog and the
+//! core stops reading the port until the agent drains its queue — the host then blocks on its end (SPICE flow
+//! control through QEMU's chardev). Agent events keep being served meanwhile. An agent that makes no progress for the stall timeout
 //! ([`DEFAULT_AGENT_STALL`], env `GUESTLINKD_SPICE_AGENT_STALL_MS`) is dropped.
 //!
 //! Streaming: a large clipboard answer from the active agent is not collected first. The router answers its
@@ -18,6 +18,7 @@
 //! is through. An agent that leaves or stalls mid-answer gets the port closed and reopened, so the host never
 //! sees a message cut short followed by another.
 
+pub mod agent_queue;
 pub mod agents;
 pub mod logind;
 pub mod passed_fd;
@@ -38,6 +39,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use agent_queue::{AgentTx, Room};
 use agents::Event;
 use port::PortIo;
 use router::{Action, AgentId, Refusal, Router};
@@ -79,7 +81,7 @@ struct Core {
     port: Option<PortIo>,
     reasm: Reassembler,
     tablet: Tablet,
-    agents: HashMap<AgentId, mpsc::Sender<SessionMessage>>,
+    agents: HashMap<AgentId, AgentTx>,
     /// Frames for agents whose queue is full, in order; while any is here the port is not read.
     backlog: HashMap<AgentId, Backlog>,
     /// See [`DEFAULT_AGENT_STALL`].
@@ -107,15 +109,17 @@ struct Backlog {
     progress: Instant,
 }
 
-/// What the core waits on to refill a stalled agent's queue: the agent, its queue, and the stall deadline.
-type StallWait = Option<(AgentId, mpsc::Sender<SessionMessage>, Instant)>;
+/// What the core waits on to refill a stalled agent's queue: the agent, its queue, the data bytes of the first
+/// frame waiting, and the stall deadline.
+type StallWait = Option<(AgentId, AgentTx, usize, Instant)>;
 
-/// Room for one frame in the queue of the stalled agent, or `Err` when the stall deadline passed / it is gone.
-async fn wait_room(wait: StallWait) -> (AgentId, Result<mpsc::OwnedPermit<SessionMessage>, ()>) {
+/// Room for the first waiting frame in the queue of the stalled agent, or `Err` when the stall deadline passed /
+/// it is gone.
+async fn wait_room(wait: StallWait) -> (AgentId, Result<Room, ()>) {
     match wait {
-        Some((id, tx, deadline)) => {
-            let r = tokio::time::timeout_at(deadline, tx.reserve_owned()).await;
-            (id, r.map_err(|_| ()).and_then(|p| p.map_err(|_| ())))
+        Some((id, tx, need, deadline)) => {
+            let r = tokio::time::timeout_at(deadline, tx.room(need)).await;
+            (id, r.map_err(|_| ()).and_then(|room| room))
         }
         None => std::future::pending().await,
     }
@@ -249,12 +253,13 @@ impl Core {
     fn stall_wait(&self) -> StallWait {
         let (id, b) = self.backlog.iter().min_by_key(|(_, b)| b.progress)?;
         let tx = self.agents.get(id)?.clone();
-        Some((*id, tx, b.progress + self.stall))
+        let need = b.frames.front().map_or(0, |m| m.data().len());
+        Some((*id, tx, need, b.progress + self.stall))
     }
 
     /// Moves backlog frames into agent `id`'s queue now that it has room, or drops the agent if it stalled.
-    async fn refill(&mut self, id: AgentId, room: Result<mpsc::OwnedPermit<SessionMessage>, ()>) {
-        let Ok(permit) = room else {
+    async fn refill(&mut self, id: AgentId, room: Result<Room, ()>) {
+        let Ok(room) = room else {
             let stall = self.stall;
             tracing::warn!(
                 agent = id,
@@ -269,7 +274,7 @@ impl Core {
         };
         b.progress = Instant::now();
         if let Some(first) = b.frames.pop_front() {
-            permit.send(first);
+            room.send(first);
         }
         while let Some(m) = b.frames.pop_front() {
             match tx.try_send(m) {
