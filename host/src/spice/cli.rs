@@ -128,7 +128,7 @@ pub struct ResizeArgs {
 /// `send-file`.
 #[derive(Debug, Args)]
 pub struct SendFileArgs {
-    /// Files to send.
+    /// Regular files to send (each is read straight into its DATA frames; it must not shrink meanwhile).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
