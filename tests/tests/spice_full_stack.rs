@@ -157,6 +157,13 @@ fn full_stack(link: Link) {
     std::fs::write(&evil, b"x").unwrap();
     let o = env.guestlink(&["-q", "send-file", evil.to_str().unwrap()]);
     assert!(!o.status.success(), "a backslash name was accepted");
+    // A FIFO has no size to announce: refused on the host, nothing started in the guest.
+    let fifo = env.dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let o = env.guestlink(&["-q", "send-file", fifo.to_str().unwrap()]);
+    assert!(!o.status.success(), "a FIFO was sent");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a regular file"), "{err}");
     let names: Vec<_> = std::fs::read_dir(env.dir.path().join("downloads"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

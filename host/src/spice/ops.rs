@@ -1,6 +1,7 @@
 //! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
 
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::io::IoSliceMut;
 use std::ops::Range;
 use std::path::Path;
@@ -436,7 +437,12 @@ pub fn send_file(
         path: path.into(),
         source,
     };
-    let file = File::open(path).map_err(|e| local("cannot open", e))?;
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); a regular file ignores it.
+    let file = File::options()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| local("cannot open", e))?;
     let meta = file.metadata().map_err(|e| local("cannot stat", e))?;
     if !meta.is_file() {
         // START announces the size, which only a regular file has.
