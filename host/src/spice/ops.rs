@@ -1,9 +1,9 @@
 //! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
 
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::io::IoSliceMut;
 use std::ops::Range;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
