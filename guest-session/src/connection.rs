@@ -189,15 +189,13 @@ impl Agent {
                     let mut replies = Vec::new();
                     if into_file {
                         // `direct` came from `file_data`.
-                        if let Some(id) = file_data {
-                            replies.extend(self.files.data_read(id, n));
-                        }
+                        replies.extend(file_data.and_then(|id| self.files.data_read(id, n)));
                         if decoder.consumed(n) {
                             file_data = None;
                         }
                     }
-                    let input: &[u8] = if into_file { &[] } else { &buf[..n] };
-                    for ev in decoder.feed_borrowed(input) {
+                    let fed: &[u8] = if into_file { &[] } else { &buf[..n] };
+                    for ev in decoder.feed_borrowed(fed) {
                         match ev {
                             Ok(FrameEvent::Message(msg)) => replies.extend(self.handle(msg)),
                             Ok(FrameEvent::DataBegin { message, .. }) => {

@@ -2,9 +2,10 @@
 //!
 //! Large files on a local disk filesystem (ext4, xfs) are written with direct I/O (`O_DIRECT`) on a thread of
 //! their own: the agent's loop reads the arriving data straight into page-aligned blocks of [`BLOCK`] bytes
-//! ([`FileWriter::room`], or copies it there with [`FileWriter::write`]) and hands them over, and the disk reads them straight from those blocks while more data arrives. No page cache is
-//! filled: the agent spends about 30 % less CPU on a large file (no fresh pages to allocate, copy into and write
-//! back; docs/BENCHMARKS.md), and a multi-GB file does not push the desktop's working set out of memory. At most
+//! ([`FileWriter::room`], or copies it there with [`FileWriter::write`]) and hands them over, and the disk
+//! reads them straight from those blocks while more data arrives. No page cache is filled: the agent spends
+//! about 30 % less CPU on a large file (no fresh pages to allocate, copy into and write back;
+//! docs/BENCHMARKS.md), and a multi-GB file does not push the desktop's working set out of memory. At most
 //! [`MAX_DIRECT`] transfers of an agent use a thread (the caller counts), each with [`BUFFERS`] blocks, so memory
 //! stays bounded whatever the host sends.
 //!
