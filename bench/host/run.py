@@ -117,7 +117,7 @@ def start_agent(binary, workdir):
 
 
 def stop_agent(proc):
-    time.sleep(0.2)  # qemu-ga's SIGTERM-after-disconnect deadlock (qga-protocol.md §10)
+    time.sleep(0.2)  # qemu-ga's SIGTERM-after-disconnect deadlock (docs/protocol/qga.md#qemu-ga-sigterm-deadlock)
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(10)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""QGA benchmark: guestlinkd vs qemu-ga side by side, same method as qga-protocol.md §10.
+"""QGA benchmark: guestlinkd vs qemu-ga side by side, same method as docs/protocol/qga.md#qemu-ga-performance.
 
 Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous RPCs blocked), connects and sends
 0xFF + guest-sync-delimited. Phases:
@@ -135,7 +135,7 @@ class Agent:
     def stop(self):
         self.rfile.close()
         self.sock.close()
-        time.sleep(0.2)  # qemu-ga's SIGTERM-after-disconnect deadlock (§10)
+        time.sleep(0.2)  # qemu-ga's SIGTERM-after-disconnect deadlock (docs/protocol/qga.md#qemu-ga-sigterm-deadlock)
         self.proc.send_signal(signal.SIGTERM)
         try:
             rc = self.proc.wait(5)

@@ -115,7 +115,7 @@ pub fn fitrim(fd: BorrowedFd<'_>, range: &mut FstrimRange) -> Result<(), Errno> 
     unsafe { raw_fitrim(fd.as_raw_fd(), range) }.map(drop)
 }
 
-// ---- pidfds, for spice/peer.rs (session-agent peer checks, desktop-integration.md §6.3) ----
+// ---- pidfds, for spice/peer.rs (peer checks, docs/protocol/desktop.md#checking-a-session-socket-peer) ----
 
 /// `SO_PEERPIDFD` (Linux ≥ 6.5, asm-generic/socket.h; not in the libc crate yet). sparc uses its own numbering.
 #[cfg(not(target_arch = "sparc64"))]

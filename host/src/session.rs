@@ -11,7 +11,7 @@ use crate::error::{AgentError, Error, Result};
 use crate::target::Target;
 use crate::transport::{StreamTransport, Transport, VirshTransport};
 
-/// Per-command timeouts. Defaults follow Proxmox (qga-protocol §9.2.2).
+/// Per-command timeouts. Defaults follow Proxmox (docs/protocol/qga.md#proxmox).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timeouts {
     /// Connect + guest-sync-delimited.

@@ -1,7 +1,7 @@
 //! End-to-end QGA protocol tests without I/O: bytes in → streamer → request → command → reply bytes out.
 //!
-//! The expectations are qemu-ga 7.2.22's measured transcript (qga-protocol.md §2.10) and the protocol cases of
-//! QEMU's `tests/unit/test-qga.c` (invalid-oob, invalid-args, invalid-cmd, id echo, sync-delimited).
+//! The expectations are qemu-ga 7.2.22's measured transcript (docs/protocol/qga.md#reference-transcript) and the
+//! protocol cases of QEMU's `tests/unit/test-qga.c` (invalid-oob, invalid-args, invalid-cmd, id echo, sync-delimited).
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! Hostile input of reference §4 and reassembly edge cases: every case is an error, never a panic, and memory
-//! stays proportional to the bytes that actually arrived.
+//! Hostile input of docs/protocol/vdagent.md#hostile-input and reassembly edge cases: every case is an error, never a
+//! panic, and memory stays proportional to the bytes that actually arrived.
 
 use guestlink_protocol::vdagent::{
     encode_message, encode_raw_message, encode_raw_message_into, ChunkMode, Message, MessageHeader,

@@ -1,4 +1,4 @@
-//! Byte layouts measured on real peers (reference vdagent-protocol.md §1, §6) decoded and re-encoded.
+//! Byte layouts measured on real peers (docs/protocol/vdagent.md#observed-reference-behaviour) decoded and re-encoded.
 
 use guestlink_protocol::vdagent::{
     encode_message, validate_file_name, Capabilities, Capability, ChunkMode, ClipboardType,
@@ -104,7 +104,8 @@ fn capability_bits_and_message_types_are_numbered_like_vd_agent_h() {
 
 #[test]
 fn vdagentd_announce_on_the_wire() {
-    // Observed chunk body (§6): ANNOUNCE_CAPABILITIES, request=1, caps 0x00038de7, one chunk on port 1.
+    // Observed chunk body (docs/protocol/vdagent.md#observed-reference-behaviour): ANNOUNCE_CAPABILITIES, request=1,
+    // caps 0x00038de7, one chunk on port 1.
     let body = hex("01000000 06000000 0000000000000000 08000000 01000000 e78d0300");
     let mut stream = hex("01000000 1c000000");
     stream.extend_from_slice(&body);
@@ -225,7 +226,7 @@ fn file_xfer_start_keyfile() {
 
 #[test]
 fn clipboard_grab_with_selection_and_serial() {
-    // Host→guest GRAB observed in §6: [sel 0][serial 0][UTF8_TEXT].
+    // Host→guest GRAB observed (docs/protocol/vdagent.md#observed-reference-behaviour): [sel 0][serial 0][UTF8_TEXT].
     let payload = hex("00000000 00000000 01000000");
     let both = WireFormat {
         selection: true,
@@ -281,7 +282,7 @@ fn clipboard_release_forms() {
             selection: Selection::Primary
         }
     );
-    // spice-vdagentd's 1-byte RELEASE when its agent exits (§6).
+    // spice-vdagentd's 1-byte RELEASE when its agent exits (docs/protocol/vdagent.md#observed-reference-behaviour).
     assert_eq!(
         Message::decode(9, &hex("00"), sel).unwrap(),
         Message::ClipboardRelease {

@@ -347,8 +347,9 @@ impl Agent {
     }
 
     /// Stops the agent (drop every [`Client`] first). Normal state: SIGTERM and assert exit status 0 — for qemu-ga
-    /// after a 0.2 s pause and with a SIGKILL fallback (its SIGTERM deadlock, qga-protocol.md §10). Frozen state:
-    /// SIGKILL (qemu-ga ignores SIGTERM while frozen; guestlinkd must not thaw the host's filesystems on exit).
+    /// after a 0.2 s pause and with a SIGKILL fallback (its SIGTERM deadlock,
+    /// docs/protocol/qga.md#qemu-ga-sigterm-deadlock). Frozen state: SIGKILL (qemu-ga ignores SIGTERM while frozen;
+    /// guestlinkd must not thaw the host's filesystems on exit).
     pub fn stop(mut self) {
         let pid = Pid::from_raw(self.child.id() as i32);
         if self.frozen {

@@ -1,5 +1,5 @@
-//! Every case of QEMU's `tests/unit/test-qga.c` (qga-protocol.md §6), run against qemu-ga (validating the test)
-//! and guestlinkd. The gaps beyond upstream's suite live in `qga_conformance_gaps.rs`.
+//! Every case of QEMU's `tests/unit/test-qga.c` (docs/protocol/qga.md#upstream-test-suite), run against qemu-ga
+//! (validating the test) and guestlinkd. The gaps beyond upstream's suite live in `qga_conformance_gaps.rs`.
 //!
 //! Run: `cargo test -p guestlink-tests --test qga_conformance` (`-- qemu_ga` / `-- guestlinkd` for one agent).
 

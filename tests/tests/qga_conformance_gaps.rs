@@ -1,4 +1,4 @@
-//! Wire behaviour beyond upstream's test-qga.c (the gaps listed at the end of qga-protocol.md §6): framing,
+//! Wire behaviour beyond upstream's test-qga.c (docs/protocol/qga.md#gaps-the-upstream-suite-leaves): framing,
 //! resets, limits, handle persistence, the 48 MiB read cap, exec truncation, the frozen allow-list, config-file
 //! block lists, guest-info, malformed requests and id echo. Each runs against qemu-ga and guestlinkd.
 //!

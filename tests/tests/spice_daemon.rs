@@ -3,7 +3,7 @@
 //!
 //! Covers the spice-gtk replay (caps 0x00035077, PHYSICAL_SIZE monitor configs, 64 KiB clipboard in 2048-byte
 //! chunks), routing both ways, file transfer rules, MOUSE_STATE → `--uinput-fake` events, and the hostile
-//! messages of vdagent-protocol.md §4 (the daemon survives, reopens the port and keeps serving).
+//! messages of docs/protocol/vdagent.md#hostile-input (the daemon survives, reopens the port and keeps serving).
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon`.
 
@@ -540,10 +540,10 @@ fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     assert!(s.daemon.alive());
 }
 
-/// Bounded memory against a hostile host (vdagent-protocol.md §4): FILE_XFER_DATA messages of 32 MiB each
-/// (spice-gtk sends 64 KiB) for an agent that does not read are held only up to the agent queue's 16 MiB byte
-/// budget plus the message in hand — not queued 256 deep, which let 256 such messages pile up (8 GiB) — and
-/// once the agent reads again every byte arrives, in order.
+/// Bounded memory against a hostile host (docs/protocol/vdagent.md#hostile-input): FILE_XFER_DATA messages of 32 MiB
+/// each (spice-gtk sends 64 KiB) for an agent that does not read are held only up to the agent queue's 16 MiB byte
+/// budget plus the message in hand — not queued 256 deep, which let 256 such messages pile up (8 GiB) — and once the
+/// agent reads again every byte arrives, in order.
 #[test]
 fn huge_data_messages_for_a_stalled_agent_stay_within_the_queue_budget() {
     const MSG: usize = 32 << 20;

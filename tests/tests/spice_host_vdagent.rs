@@ -2,9 +2,10 @@
 //! host side speaks the reference protocol (clipboard both ways via xclip, resize seen by xrandr, send-file into
 //! the XDG download dir with sha256 equality).
 //!
-//! Topology (peers-and-landscape.md §4.3): spice-vdagentd `-s vport.sock` connects to a socket the test listens
-//! on; the test relays that "virtio port" to `chardev.sock`, where each `guestlink --spice-socket` invocation
-//! connects — like QEMU's `-chardev socket,server=on`, which keeps the guest port while host clients come and go.
+//! Topology (docs/protocol/vdagent.md#running-spice-vdagentd-without-a-vm): spice-vdagentd `-s vport.sock` connects to
+//! a socket the test listens on; the test relays that "virtio port" to `chardev.sock`, where each
+//! `guestlink --spice-socket` invocation connects — like QEMU's `-chardev socket,server=on`, which keeps the guest
+//! port while host clients come and go.
 //!
 //! Needs spice-vdagent, xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
 //! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_host_vdagent`.

@@ -580,7 +580,7 @@ mod tests {
 
     #[tokio::test]
     async fn qemu_ga_16_mib_cap() {
-        // qga-protocol.md §5.2 [measured]: 20 000 000 bytes → 16 777 216 kept, out-truncated true.
+        // docs/protocol/qga.md#guest-exec-output, measured: 20 000 000 bytes → 16 777 216 kept, out-truncated true.
         let t = ExecTable::new(ExecLimits::default());
         let pid = t
             .spawn(&req(

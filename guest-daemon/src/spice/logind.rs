@@ -1,5 +1,5 @@
 //! systemd-logind over zbus: which session a peer process belongs to, and which session on seat0 guestlink serves
-//! (reference desktop-integration.md §6.1–6.2, vdagent-protocol.md §2.2).
+//! (docs/protocol/desktop.md#logind-api, #choosing-the-served-session; docs/protocol/vdagent.md#session-agents).
 //!
 //! The target session is seat0's `ActiveSession` if it is a local graphical user or greeter session
 //! ([`ActiveSession`]). Changes are followed through D-Bus signals — seat0's PropertiesChanged (a VT switch), the
@@ -110,7 +110,7 @@ pub struct ActiveSession {
     pub file_xfer_allowed: bool,
 }
 
-/// The properties of a session that decide whether it is served (§6.2).
+/// The properties of a session that decide whether it is served (docs/protocol/desktop.md#choosing-the-served-session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionProps {
     /// `Type`: "x11", "wayland", "tty", "mir", "unspecified".
@@ -123,8 +123,8 @@ pub struct SessionProps {
     pub locked: bool,
 }
 
-/// The target-session rule of §6.2: seat0's active session `id` is served only if it is local, graphical (x11 or
-/// wayland) and of class user or greeter.
+/// The target-session rule of docs/protocol/desktop.md#choosing-the-served-session: seat0's active session `id` is
+/// served only if it is local, graphical (x11 or wayland) and of class user or greeter.
 pub fn target_session(id: &str, props: &SessionProps) -> Option<ActiveSession> {
     let graphical = matches!(props.session_type.as_str(), "x11" | "wayland");
     let class_ok = matches!(props.class.as_str(), "user" | "greeter");

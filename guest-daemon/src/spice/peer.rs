@@ -1,5 +1,6 @@
-//! Who is on the other end of a session-socket connection, pinned for the whole check (reference
-//! desktop-integration.md §6.3, vdagent-protocol.md §2.2; spice-vdagentd's CVE-2020-25653 fix).
+//! Who is on the other end of a session-socket connection, pinned for the whole check
+//! (docs/protocol/desktop.md#checking-a-session-socket-peer, docs/protocol/vdagent.md#session-agents;
+//! spice-vdagentd's CVE-2020-25653 fix).
 //!
 //! On accept the peer's uid and pid come from `SO_PEERCRED`, and the process is pinned by a pidfd: from
 //! `SO_PEERPIDFD` (Linux ≥ 6.5, exactly the process that connected), else from `pidfd_open(pid)` (Linux ≥ 5.3; the

@@ -1,10 +1,10 @@
 //! The SPICE routing state machine, without I/O: vdagent messages from the port and session-agent messages in,
 //! [`Action`]s out (bytes for the port, frames for an agent, mouse events).
 //!
-//! It mirrors spice-vdagentd (reference vdagent-protocol.md §1.9, §2): the port is wanted only while the agent of
-//! the active session has reported its geometry; caps with `request = 1` mean a new client; replies go back on the
-//! port the request came on; guest→host messages are single chunks; only the active agent sees host traffic;
-//! file-transfer ids are created by a client START only, bound to the agent active at START, capped at
+//! It mirrors spice-vdagentd (docs/protocol/vdagent.md#port-lifecycle, #session-agents): the port is wanted only while
+//! the agent of the active session has reported its geometry; caps with `request = 1` mean a new client; replies go
+//! back on the port the request came on; guest→host messages are single chunks; only the active agent sees host
+//! traffic; file-transfer ids are created by a client START only, bound to the agent active at START, capped at
 //! [`MAX_TRANSFERS`], and dropped on client disconnect (CVE-2020-25650/25651).
 
 mod xfer;

@@ -1,6 +1,6 @@
 //! The absolute pointer for SPICE client-mouse mode: a uinput tablet ("guestlink tablet", ABS_X/ABS_Y sized to
 //! the desktop, BTN_LEFT/MIDDLE/RIGHT/SIDE/EXTRA, REL_WHEEL) or, with `--uinput-fake FILE`, raw
-//! `struct input_event` records appended to a file (like spice-vdagentd `-f`, reference §2.4).
+//! `struct input_event` records appended to a file (like spice-vdagentd `-f`, docs/protocol/vdagent.md#client-mouse).
 
 use std::fs::File;
 use std::io::Write;

@@ -67,7 +67,7 @@ mod tests {
         assert_eq!(keys(json!({"return": 1, "id": 2})), ["return", "id"]);
         assert_eq!(keys(json!({"error": 1, "id": 2})), ["id", "error"]);
         assert_eq!(keys(json!({"class": 1, "desc": 2})), ["class", "desc"]);
-        // Measured guest-exec-status reply order (qga-protocol.md §2.10).
+        // Measured guest-exec-status reply order (docs/protocol/qga.md#reply-member-order).
         assert_eq!(
             keys(
                 json!({"exited": true, "exitcode": 0, "out-data": "eAo=", "out-truncated": false})

@@ -127,7 +127,8 @@ pub enum SerialRule {
     Client,
 }
 
-/// Per-selection grab-serial counters (vd_agent.h `VD_AGENT_CAP_CLIPBOARD_GRAB_SERIAL`, reference §1.5).
+/// Per-selection grab-serial counters (vd_agent.h `VD_AGENT_CAP_CLIPBOARD_GRAB_SERIAL`,
+/// docs/protocol/vdagent.md#grab-serials).
 ///
 /// One counter per selection is shared by both directions: a sender puts the current value in its GRAB and
 /// increments; a receiver accepts a GRAB whose serial matches and increments too, so both ends stay in step.

@@ -2,8 +2,8 @@
 //! GRAPHICS_DEVICE_INFO.
 //!
 //! Every count read from the wire is capped and multiplied with checked arithmetic, and every inner length is
-//! checked against the bytes actually present (reference §4: the 32-bit `num × 20` overflow and the unchecked
-//! `device_address_len` that crash spice-vdagent 0.22.1).
+//! checked against the bytes actually present (docs/protocol/vdagent.md#hostile-input: the 32-bit `num × 20` overflow
+//! and the unchecked `device_address_len` that crash spice-vdagent 0.22.1).
 
 use super::error::VdagentError;
 use super::header::MessageType;

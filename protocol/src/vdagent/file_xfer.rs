@@ -209,7 +209,8 @@ pub struct FileXferData {
 }
 
 impl FileXferData {
-    /// Decodes `id u32, size u64, data`; the `size` field must equal the bytes really present (reference §4.3).
+    /// Decodes `id u32, size u64, data`; the `size` field must equal the bytes really present
+    /// (docs/protocol/vdagent.md#file-data-size-field).
     pub(crate) fn decode(payload: &[u8]) -> Result<Self, VdagentError> {
         let mut r = Reader::new(payload, MessageType::FileXferData, "at least 12");
         let id = r.u32()?;

@@ -12,7 +12,7 @@ use super::header::{MessageHeader, MessageType, VD_AGENT_PROTOCOL};
 use super::wire::{Put, Reader};
 
 /// Which optional fields are present on clipboard messages. A field is used only when *both* sides announced its
-/// capability (reference §1.4); build it with [`WireFormat::negotiate`].
+/// capability (docs/protocol/vdagent.md#capabilities); build it with [`WireFormat::negotiate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct WireFormat {
     /// 4-byte selection prefix on CLIPBOARD, GRAB, REQUEST and RELEASE (CLIPBOARD_SELECTION).

@@ -9,7 +9,7 @@
 //!   [`ChunkMode::Single`] from it);
 //! - helpers: [`GrabSerials`] for clipboard grab serials, [`validate_file_name`] for transferred files.
 //!
-//! The host is untrusted: every count and length from the wire is bounded (reference vdagent-protocol.md §4).
+//! The host is untrusted: every count and length from the wire is bounded (docs/protocol/vdagent.md#hostile-input).
 
 pub mod caps;
 pub mod chunking;

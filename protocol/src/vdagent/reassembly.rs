@@ -1,10 +1,10 @@
 //! Chunk reassembly: turns the byte stream of a vdagent port into whole messages, per chunk port.
 //!
-//! Rules (reference §1.1): a message may span many chunks and a chunk may split the 20-byte message header;
-//! ports 1 and 2 interleave with independent state; a chunk carrying more bytes than its message still needs is
-//! "lost sync". Every failure is fatal for the stream (spice-vdagentd reopens the port): the reassembler then
-//! refuses input until [`Reassembler::reset`]. Payload memory grows only as bytes arrive; a header announcing a
-//! payload above the configured maximum is refused before anything is allocated.
+//! Rules (docs/protocol/vdagent.md#reassembly): a message may span many chunks and a chunk may split the 20-byte
+//! message header; ports 1 and 2 interleave with independent state; a chunk carrying more bytes than its message still
+//! needs is "lost sync". Every failure is fatal for the stream (spice-vdagentd reopens the port): the reassembler then
+//! refuses input until [`Reassembler::reset`]. Payload memory grows only as bytes arrive; a header announcing a payload
+//! above the configured maximum is refused before anything is allocated.
 
 use super::error::VdagentError;
 use super::header::{

@@ -1,4 +1,4 @@
-//! Follow-the-preferred-mode policy (desktop-integration.md §4.4/§4.5).
+//! Follow-the-preferred-mode policy (docs/protocol/desktop.md#resize-on-virtio-gpu, #following-the-preferred-mode).
 //!
 //! On a VM with virtio-gpu the host pushes its window size into the device, the kernel adds it as the output's
 //! PREFERRED mode and fires a hotplug; the compositor may or may not switch to it (mutter often re-applies the

@@ -1,4 +1,5 @@
-//! Unit tests of the streamer against qemu-ga's measured behaviour (qga-protocol.md §2.5, §2.6, §2.10).
+//! Unit tests of the streamer against qemu-ga's measured behaviour (docs/protocol/qga.md#parse-errors-and-recovery,
+//! #parser-limits, #reference-transcript).
 
 use super::*;
 use serde_json::json;
