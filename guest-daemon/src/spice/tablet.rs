@@ -149,8 +149,7 @@ impl Tablet {
 
     /// Whether position `pos` must be written as a change (see the module doc).
     fn needs_nudge(&self, pos: (i32, i32)) -> bool {
-        self.fresh
-            || (pos == self.last && self.created.is_some_and(|t| t.elapsed() < FRESH_GRACE))
+        self.fresh || (pos == self.last && self.created.is_some_and(|t| t.elapsed() < FRESH_GRACE))
     }
 
     fn build(&self) -> std::io::Result<VirtualDevice> {
@@ -372,13 +371,27 @@ mod tests {
         t.mouse(0, 0, LEFT);
         assert_eq!(
             r.take(),
-            vec![(3, 0, 1), (3, 1, 1), (3, 0, 0), (3, 1, 0), (1, 0x110, 1), SYN]
+            vec![
+                (3, 0, 1),
+                (3, 1, 1),
+                (3, 0, 0),
+                (3, 1, 0),
+                (1, 0x110, 1),
+                SYN
+            ]
         );
         // The client repeats the position (the display server had not opened the device yet): a change again.
         t.mouse(0, 0, 0);
         assert_eq!(
             r.take(),
-            vec![(3, 0, 1), (3, 1, 1), (3, 0, 0), (3, 1, 0), (1, 0x110, 0), SYN]
+            vec![
+                (3, 0, 1),
+                (3, 1, 1),
+                (3, 0, 0),
+                (3, 1, 0),
+                (1, 0x110, 0),
+                SYN
+            ]
         );
         // Long after the creation a repeat is written plainly.
         t.created = Some(Instant::now() - 2 * FRESH_GRACE);
