@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 #[path = "session_common/mod.rs"]
-mod common;
+pub mod common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use guestlink_protocol::session::SessionMessage;
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 
-pub use common::{fake_drm_sysfs, session_binary};
+pub use common::session_binary;
 use common::Connection;
 
 /// Generous timeout for one expected message on a loaded 2-core machine.

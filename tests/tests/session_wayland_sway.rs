@@ -244,7 +244,7 @@ fn two_monitors_with_positions() {
 #[test]
 fn device_info_maps_display_0_to_the_second_output() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let sysfs = support::fake_drm_sysfs(dir.path(), &["HEADLESS-1", "HEADLESS-2"]);
+    let sysfs = support::common::fake_drm_sysfs(dir.path(), &["HEADLESS-1", "HEADLESS-2"]);
     let Some((s, mut h)) = start_with(&[("GUESTLINK_SESSION_SYSFS", &sysfs)]) else {
         return;
     };
@@ -280,10 +280,7 @@ fn device_info_maps_display_0_to_the_second_output() {
             .as_array()
             .and_then(|a| a.iter().find(|o| o["name"] == name))
             .unwrap_or_else(|| panic!("{name} missing: {outputs}"));
-        (
-            o["current_mode"]["width"].as_i64(),
-            o["rect"]["x"].as_i64(),
-        )
+        (o["current_mode"]["width"].as_i64(), o["rect"]["x"].as_i64())
     };
     assert_eq!(rect("HEADLESS-2"), (Some(1024), Some(0)), "{outputs}");
     assert_eq!(rect("HEADLESS-1"), (Some(800), Some(1024)), "{outputs}");

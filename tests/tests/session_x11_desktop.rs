@@ -11,7 +11,8 @@ use std::time::Duration;
 use guestlink_protocol::session::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor,
 };
-use support::{fake_drm_sysfs, tools_present, Harness, Xvfb};
+use support::common::fake_drm_sysfs;
+use support::{tools_present, Harness, Xvfb};
 
 fn mon(width: u32, height: u32, x: i32, y: i32) -> SessionMonitor {
     SessionMonitor::sized(width, height, x, y)

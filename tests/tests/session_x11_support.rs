@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use guestlink_protocol::session::SessionMessage;
 use guestlink_tests::agent::peers_required;
 
-pub use common::{fake_drm_sysfs, session_binary};
+pub use common::session_binary;
 use common::Connection;
 
 /// Generous timeout for one expected message on a loaded 2-core machine.

@@ -49,6 +49,7 @@ fn spice_gtk_replay_routing_and_file_rules() {
         Capability::SparseMonitorsConfig,
         Capability::GuestLineendLf,
         Capability::MaxClipboard,
+        Capability::AudioVolumeSync,
         Capability::FileXferDetailedErrors,
         Capability::GraphicsDeviceInfo,
         Capability::ClipboardNoReleaseOnRegrab,
