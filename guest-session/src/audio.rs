@@ -82,6 +82,8 @@ impl Drop for Audio {
 
 fn run(shared: &(Mutex<Pending>, Condvar)) {
     let (lock, cv) = shared;
+    // The last failure logged as a warning: the same one again is logged at debug (no flood).
+    let mut last_error: Option<String> = None;
     loop {
         let next = {
             let Ok(mut p) = lock.lock() else { return };
@@ -98,7 +100,16 @@ fn run(shared: &(Mutex<Pending>, Condvar)) {
                 };
             }
         };
-        apply(&next);
+        match apply(&next) {
+            Ok(()) => last_error = None,
+            Err(e) if last_error.as_ref() == Some(&e) => {
+                tracing::debug!("volume sync failed again: {e}");
+            }
+            Err(e) => {
+                tracing::warn!("volume sync failed: {e}");
+                last_error = Some(e);
+            }
+        }
     }
 }
 
@@ -123,7 +134,8 @@ fn target() -> Target {
     }
 }
 
-fn apply(v: &VolumeSync) {
+/// Applies `v`; the error names the direction and the target.
+fn apply(v: &VolumeSync) -> Result<(), String> {
     let what = if v.playback { "playback" } else { "record" };
     let t = target();
     let result = match t {
@@ -132,9 +144,10 @@ fn apply(v: &VolumeSync) {
     };
     match result {
         Ok(()) => {
-            tracing::info!(what, target = ?t, mute = v.mute, volumes = ?v.volumes, "volume synced")
+            tracing::debug!(what, target = ?t, mute = v.mute, volumes = ?v.volumes, "volume synced");
+            Ok(())
         }
-        Err(e) => tracing::warn!(what, target = ?t, "volume sync failed: {e}"),
+        Err(e) => Err(format!("{what} via {t:?}: {e}")),
     }
 }
 

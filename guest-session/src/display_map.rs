@@ -47,12 +47,18 @@ fn sysfs_root() -> PathBuf {
 /// Resolves `devices` (from the daemon) against sysfs and makes the result the process-wide map. Returns it.
 pub fn set_devices(devices: &[SessionDeviceDisplay]) -> Vec<MappedDisplay> {
     let map = resolve(&sysfs_root(), devices);
+    // One info line per message (a host can repeat it); the entries at debug.
+    tracing::info!(
+        entries = devices.len(),
+        mapped = map.len(),
+        "GRAPHICS_DEVICE_INFO: displays mapped to DRM connectors"
+    );
     for d in devices.iter().take(MAX_ENTRIES) {
         let id = d.channel_id.saturating_add(d.monitor_id);
         match map.iter().find(|m| m.display_id == id) {
-            Some(m) => tracing::info!(display = id, address = %d.device_address,
+            Some(m) => tracing::debug!(display = id, address = %d.device_address,
                 device_display = d.device_display_id, connector = %m.connector, "display mapped to a DRM connector"),
-            None => tracing::info!(display = id, address = %d.device_address,
+            None => tracing::debug!(display = id, address = %d.device_address,
                 device_display = d.device_display_id, "no DRM connector for this display: output order applies"),
         }
     }
@@ -168,8 +174,11 @@ pub fn order_for(map: &[MappedDisplay], names: &[&str]) -> Vec<usize> {
     order.into_iter().map(|o| o.unwrap_or(0)).collect()
 }
 
+/// A PCI domain and the (slot, function) of each device on the way from the root bus.
+type PciAddress = (u32, Vec<(u32, u32)>);
+
 /// `pci/<domain>/<slot>.<fn>/…` → (domain, [(slot, fn)…]); `None` when malformed.
-fn parse_spice_address(address: &str) -> Option<(u32, Vec<(u32, u32)>)> {
+fn parse_spice_address(address: &str) -> Option<PciAddress> {
     let rest = address.strip_prefix("pci/")?;
     let mut parts = rest.split('/');
     let domain = u32::from_str_radix(parts.next()?, 16).ok()?;
@@ -189,7 +198,7 @@ fn parse_spice_address(address: &str) -> Option<(u32, Vec<(u32, u32)>)> {
 
 /// The PCI chain of a card's resolved sysfs path below `devices/`: `pci0000:00/0000:00:03.0/0000:01:01.0/…`
 /// → (domain, [(slot, fn)…]) up to the first component that is not a PCI function.
-fn parse_sysfs_path(below_devices: &Path) -> Option<(u32, Vec<(u32, u32)>)> {
+fn parse_sysfs_path(below_devices: &Path) -> Option<PciAddress> {
     let mut comps = below_devices.components().map(|c| c.as_os_str().to_str());
     let root = comps.next()??.strip_prefix("pci")?;
     let domain = u32::from_str_radix(root.split_once(':')?.0, 16).ok()?;
@@ -261,9 +270,10 @@ fn connectors(drm: &Path, card: &str) -> Vec<String> {
 /// Resolves `devices` against the DRM cards under `root` (a sysfs root).
 pub fn resolve(root: &Path, devices: &[SessionDeviceDisplay]) -> Vec<MappedDisplay> {
     let drm = root.join("class/drm");
-    let devices_dir = std::fs::canonicalize(root.join("devices")).unwrap_or(root.join("devices"));
-    // (chain, connectors, qxl) of each card with a PCI address.
-    let cards: Vec<((u32, Vec<(u32, u32)>), Vec<String>, bool)> = cards(&drm)
+    let devices_dir =
+        std::fs::canonicalize(root.join("devices")).unwrap_or_else(|_| root.join("devices"));
+    // (address, connectors, qxl) of each card with a PCI address.
+    let cards: Vec<(PciAddress, Vec<String>, bool)> = cards(&drm)
         .into_iter()
         .filter_map(|card| {
             let real = std::fs::canonicalize(drm.join(&card)).ok()?;
