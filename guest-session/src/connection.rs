@@ -56,6 +56,8 @@ pub struct Agent {
     files: FileReceiver,
     /// The connected daemon takes large clipboard answers as memfds (its hello said so).
     daemon_takes_fds: bool,
+    /// Applies AUDIO_VOLUME_SYNC to the sound server or ALSA mixer.
+    audio: crate::audio::Audio,
 }
 
 fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
@@ -102,6 +104,7 @@ impl Agent {
             events,
             files,
             daemon_takes_fds: false,
+            audio: crate::audio::Audio::start(),
         }
     }
 
@@ -314,6 +317,19 @@ impl Agent {
                 tracing::info!("file transfer disabled for this session");
                 self.files.disable();
             }
+            SessionMessage::GraphicsDeviceInfo { displays } => {
+                crate::display_map::set_devices(&displays);
+                b.displays_remapped();
+            }
+            SessionMessage::AudioVolumeSync {
+                is_playback,
+                mute,
+                volumes,
+            } => self.audio.sync(crate::audio::VolumeSync {
+                playback: is_playback,
+                mute,
+                volumes,
+            }),
             SessionMessage::Error { code, message } => {
                 tracing::warn!(code, "guestlinkd error: {message}");
             }

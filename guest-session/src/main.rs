@@ -3,9 +3,11 @@
 //! received files in the download directory.
 #![forbid(unsafe_code)]
 
+mod audio;
 mod backend;
 mod connection;
 mod dirs;
+mod display_map;
 mod file_writer;
 mod files;
 mod instance;

@@ -16,17 +16,24 @@ use support::{guest_to_host, host_to_guest, noise, tools_present, Harness, Sway}
 const TOOLS: &[&str] = &["sway", "swaymsg", "wl-copy", "wl-paste", "setpriv"];
 
 fn start() -> Option<(Sway, Harness)> {
+    start_with(&[])
+}
+
+/// [`start`] with extra environment variables for the agent.
+fn start_with(extra: &[(&str, &std::path::Path)]) -> Option<(Sway, Harness)> {
     if !tools_present(TOOLS) {
         return None;
     }
     let sway = Sway::start();
     let rt = sway.runtime();
-    let h = Harness::start(&[
-        ("XDG_RUNTIME_DIR", &rt),
+    let mut env = vec![
+        ("XDG_RUNTIME_DIR", rt.as_path()),
         ("WAYLAND_DISPLAY", std::path::Path::new(&sway.display)),
         ("XDG_SESSION_TYPE", std::path::Path::new("wayland")),
         ("XDG_CURRENT_DESKTOP", std::path::Path::new("sway")),
-    ]);
+    ];
+    env.extend_from_slice(extra);
+    let h = Harness::start(&env);
     h.expect("geometry", |m| matches!(m, SessionMessage::Geometry { .. }));
     Some((sway, h))
 }
@@ -229,6 +236,59 @@ fn two_monitors_with_positions() {
     h.expect("unchanged geometry", |m| {
         matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2 && monitors[1].x == 1024)
     });
+}
+
+/// GRAPHICS_DEVICE_INFO puts display 0 on the card's 2nd connector, `HEADLESS-2` (a fake sysfs names it:
+/// headless sway has no DRM device, so the connector-name match is what this proves), so the first monitor
+/// of a config lands there and display 1 takes HEADLESS-1.
+#[test]
+fn device_info_maps_display_0_to_the_second_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sysfs = support::common::fake_drm_sysfs(dir.path(), &["HEADLESS-1", "HEADLESS-2"]);
+    let Some((s, mut h)) = start_with(&[("GUESTLINK_SESSION_SYSFS", &sysfs)]) else {
+        return;
+    };
+    let mut c = s.command("swaymsg");
+    c.arg("create_output");
+    assert!(support::run(c, None).is_some(), "swaymsg create_output");
+    h.expect(
+        "geometry with two outputs",
+        |m| matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2),
+    );
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![guestlink_protocol::session::SessionDeviceDisplay {
+            channel_id: 0,
+            monitor_id: 0,
+            device_display_id: 1,
+            device_address: "pci/0000/02.0".into(),
+        }],
+    });
+    let mon = |width, height, x| SessionMonitor::sized(width, height, x, 0);
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1024, 768, 0), mon(800, 600, 1024)],
+    });
+    h.expect("geometry with display 0 at 1024x768", |m| {
+        matches!(m, SessionMessage::Geometry { monitors } if monitors.len() == 2
+            && (monitors[0].display_id, monitors[0].width, monitors[0].height, monitors[0].x) == (0, 1024, 768, 0)
+            && (monitors[1].display_id, monitors[1].width, monitors[1].x) == (1, 800, 1024))
+    });
+    let outputs: serde_json::Value =
+        serde_json::from_str(&s.outputs()).expect("swaymsg get_outputs JSON");
+    let rect = |name: &str| {
+        let o = outputs
+            .as_array()
+            .and_then(|a| a.iter().find(|o| o["name"] == name))
+            .unwrap_or_else(|| panic!("{name} missing: {outputs}"));
+        (o["current_mode"]["width"].as_i64(), o["rect"]["x"].as_i64())
+    };
+    assert_eq!(rect("HEADLESS-2"), (Some(1024), Some(0)), "{outputs}");
+    assert_eq!(rect("HEADLESS-1"), (Some(800), Some(1024)), "{outputs}");
+    assert!(
+        h.log().contains("display mapped to a DRM connector"),
+        "{}",
+        h.log()
+    );
 }
 
 /// The compositor going away is fatal: the agent exits (its unit restarts it) instead of spinning or hanging.

@@ -8,7 +8,10 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use guestlink_protocol::session::{GeometryMonitor, SessionMessage, SessionMonitor};
+use guestlink_protocol::session::{
+    GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor,
+};
+use support::common::fake_drm_sysfs;
 use support::{tools_present, Harness, Xvfb};
 
 fn mon(width: u32, height: u32, x: i32, y: i32) -> SessionMonitor {
@@ -95,6 +98,76 @@ fn monitors_config_resizes_xvfb() {
     // 1x1 → width rounded up to the 8-pixel minimum.
     geometry(&h, 8, 1);
     assert!(h.alive());
+}
+
+/// GRAPHICS_DEVICE_INFO names the DRM connector of display 0: the 2nd one of the card (`DUMMY1`, by a fake
+/// sysfs, see `fake_drm_sysfs`), so a monitors config for display 0 lands on RandR output DUMMY1, not on the
+/// first output; display 1, unmapped, takes the first output left free. Geometry reports the mapped ids.
+#[test]
+fn device_info_maps_display_0_to_the_second_output_on_xorg_dummy() {
+    if !tools_present() {
+        return;
+    }
+    let Some(x) = Xvfb::start_xorg_dummy() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sysfs = fake_drm_sysfs(dir.path(), &["DUMMY0", "DUMMY1", "DUMMY2"]);
+    let mut h = Harness::start_in(&x, dir, &[("GUESTLINK_SESSION_SYSFS", &sysfs)]);
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![SessionDeviceDisplay {
+            channel_id: 0,
+            monitor_id: 0,
+            device_display_id: 1,
+            device_address: "pci/0000/02.0".into(),
+        }],
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1024, 768, 0, 0)],
+    });
+    let g = geometry(&h, 1024, 768);
+    assert_eq!(
+        g.iter()
+            .map(|g| (g.display_id, g.x, g.y, g.width, g.height))
+            .collect::<Vec<_>>(),
+        [(0, 0, 0, 1024, 768)]
+    );
+    let xr = x.xrandr();
+    assert!(output_at(&xr, "DUMMY1", "1024x768+0+0"), "{xr}");
+    assert!(!output_at(&xr, "DUMMY0", "1024x768+"), "{xr}");
+    assert!(
+        h.log().contains("display mapped to a DRM connector"),
+        "{}",
+        h.log()
+    );
+    // Two monitors: display 0 stays on DUMMY1, display 1 gets DUMMY0 (its own index is taken).
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1024, 768, 0, 0), mon(800, 600, 1024, 0)],
+    });
+    h.expect("geometry of both displays", |m| {
+        let SessionMessage::Geometry { monitors } = m else {
+            return false;
+        };
+        let mut r: Vec<_> = monitors
+            .iter()
+            .map(|g| (g.display_id, g.x, g.width))
+            .collect();
+        r.sort_unstable();
+        r == [(0, 0, 1024), (1, 1024, 800)]
+    });
+    let xr = x.xrandr();
+    assert!(output_at(&xr, "DUMMY1", "1024x768+0+0"), "{xr}");
+    assert!(output_at(&xr, "DUMMY0", "800x600+1024+0"), "{xr}");
+}
+
+/// Whether `xrandr` shows `output` connected with a geometry starting with `rect` ("primary" may come between).
+fn output_at(xrandr: &str, output: &str, rect: &str) -> bool {
+    xrandr.lines().any(|l| {
+        l.starts_with(&format!("{output} connected "))
+            && l.split_whitespace().any(|w| w.starts_with(rect))
+    })
 }
 
 #[test]

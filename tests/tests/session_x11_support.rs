@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 #[path = "session_common/mod.rs"]
-mod common;
+pub mod common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;

@@ -119,7 +119,7 @@ fn full_stack(link: Link) {
 
     let v: serde_json::Value =
         serde_json::from_str(&ok(&env.guestlink(&["--json", "spice-state"]))).unwrap();
-    assert_eq!(v["caps"][0], 0x0003_d5e7, "guestlinkd's announced caps");
+    assert_eq!(v["caps"][0], 0x0003_dde7, "guestlinkd's announced caps");
 
     // Host → guest: a short text, 16 MiB of text (INCR towards the X client), a PNG image.
     env.clipboard_host_to_guest("hello from the host ✓");

@@ -71,6 +71,7 @@ pub fn our_caps() -> Capabilities {
         Capability::SparseMonitorsConfig,
         Capability::GuestLineendLf,
         Capability::MaxClipboard,
+        Capability::AudioVolumeSync,
         Capability::MonitorsConfigPosition,
         Capability::FileXferDetailedErrors,
         Capability::GraphicsDeviceInfo,

@@ -1,11 +1,18 @@
 //! The absolute pointer for SPICE client-mouse mode: a uinput tablet ("guestlink tablet", ABS_X/ABS_Y sized to
 //! the desktop, BTN_LEFT/MIDDLE/RIGHT/SIDE/EXTRA, REL_WHEEL) or, with `--uinput-fake FILE`, raw
 //! `struct input_event` records appended to a file (like spice-vdagentd `-f`, docs/protocol/vdagent.md#client-mouse).
+//!
+//! The device is (re)created as soon as the desktop size is known or changes, as spice-vdagentd does, not on the
+//! next pointer event: an event written into a device the display server has not opened yet is lost. And the
+//! kernel drops an ABS event whose value equals the axis' current value, so after a (re)creation the first
+//! position, and a repeat of the previous position within [`FRESH_GRACE`], are written as a change (a
+//! neighbouring value, then the real one, in the same SYN frame): a position that a not-yet-listening display
+//! server missed still arrives when the client sends it again. docs/spice.md "uinput" describes it.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use evdev::uinput::{VirtualDevice, VirtualDeviceBuilder};
 use evdev::{AbsInfo, AbsoluteAxisType, AttributeSet, Key, RelativeAxisType, UinputAbsSetup};
@@ -30,6 +37,10 @@ const BUTTONS: [(u32, u16); 5] = [
 const WHEEL_UP: u32 = 1 << 4;
 const WHEEL_DOWN: u32 = 1 << 5;
 
+/// How long after a (re)creation positions are written as a change (see the module doc). The display server
+/// opens a new input device within a few hundred milliseconds of its creation (udev, then X or the compositor).
+pub const FRESH_GRACE: Duration = Duration::from_secs(2);
+
 /// Where pointer events go.
 #[derive(Debug)]
 pub enum Sink {
@@ -39,13 +50,19 @@ pub enum Sink {
     Uinput,
 }
 
-/// The tablet: created lazily once the desktop size is known, recreated when it changes.
+/// The tablet: created as soon as the desktop size is known, recreated when it changes.
 pub struct Tablet {
     sink: Sink,
     file: Option<File>,
     device: Option<VirtualDevice>,
     size: (u32, u32),
     buttons: u32,
+    /// When the current device (or, in fake mode, the current size) came to be; `None` before the first size.
+    created: Option<Instant>,
+    /// No position was written since the (re)creation.
+    fresh: bool,
+    /// The last position written.
+    last: (i32, i32),
 }
 
 impl std::fmt::Debug for Tablet {
@@ -81,6 +98,9 @@ impl Tablet {
             device: None,
             size: (0, 0),
             buttons: 0,
+            created: None,
+            fresh: true,
+            last: (0, 0),
         }
     }
 
@@ -100,9 +120,36 @@ impl Tablet {
             .clamp(0, i64::from(i32::MAX)) as u32;
         if (w, h) != self.size {
             self.size = (w, h);
-            // Recreated with the new axis ranges on the next event.
-            self.device = None;
+            self.recreate();
         }
+    }
+
+    /// Replaces the device with one sized to `self.size` right away (uinput; in fake mode only the state is
+    /// reset). The new device starts with every button up.
+    fn recreate(&mut self) {
+        self.device = None;
+        self.buttons = 0;
+        self.fresh = true;
+        self.created = Some(Instant::now());
+        if matches!(self.sink, Sink::Uinput) && self.size.0 > 0 && self.size.1 > 0 {
+            match self.build() {
+                Ok(d) => {
+                    tracing::info!(
+                        width = self.size.0,
+                        height = self.size.1,
+                        "uinput tablet created"
+                    );
+                    self.device = Some(d);
+                }
+                // Tried again on the next event.
+                Err(e) => tracing::warn!("tablet: cannot create the uinput device: {e}"),
+            }
+        }
+    }
+
+    /// Whether position `pos` must be written as a change (see the module doc).
+    fn needs_nudge(&self, pos: (i32, i32)) -> bool {
+        self.fresh || (pos == self.last && self.created.is_some_and(|t| t.elapsed() < FRESH_GRACE))
     }
 
     fn build(&self) -> std::io::Result<VirtualDevice> {
@@ -136,10 +183,17 @@ impl Tablet {
 
     /// Emits a pointer state: position, button edges, wheel clicks on press edges, SYN.
     pub fn mouse(&mut self, x: i64, y: i64, buttons: u32) {
-        let mut events: Vec<(u16, u16, i32)> = vec![
-            (EV_ABS, ABS_X, x.clamp(0, i64::from(i32::MAX)) as i32),
-            (EV_ABS, ABS_Y, y.clamp(0, i64::from(i32::MAX)) as i32),
-        ];
+        let x = x.clamp(0, i64::from(i32::MAX)) as i32;
+        let y = y.clamp(0, i64::from(i32::MAX)) as i32;
+        let mut events: Vec<(u16, u16, i32)> = Vec::with_capacity(8);
+        if self.needs_nudge((x, y)) {
+            // A neighbouring value first, so the kernel never drops the real one as a repeat.
+            let near = |v: i32| if v > 0 { v - 1 } else { v + 1 };
+            events.push((EV_ABS, ABS_X, near(x)));
+            events.push((EV_ABS, ABS_Y, near(y)));
+        }
+        events.push((EV_ABS, ABS_X, x));
+        events.push((EV_ABS, ABS_Y, y));
         let changed = buttons ^ self.buttons;
         for (bit, code) in BUTTONS {
             if changed & bit != 0 {
@@ -154,12 +208,18 @@ impl Tablet {
             events.push((EV_REL, REL_WHEEL, -1));
         }
         self.buttons = buttons;
-        if let Err(e) = self.emit(&events) {
-            tracing::warn!("tablet: {e}");
+        match self.emit(&events) {
+            Ok(true) => {
+                self.fresh = false;
+                self.last = (x, y);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("tablet: {e}"),
         }
     }
 
-    fn emit(&mut self, events: &[(u16, u16, i32)]) -> std::io::Result<()> {
+    /// Writes `events` and a SYN; `Ok(false)` when there is no device to write to yet (size unknown).
+    fn emit(&mut self, events: &[(u16, u16, i32)]) -> std::io::Result<bool> {
         match &self.sink {
             Sink::Fake(path) => {
                 if self.file.is_none() {
@@ -170,16 +230,19 @@ impl Tablet {
                     bytes.extend_from_slice(&record(t, c, v));
                 }
                 match self.file.as_mut() {
-                    Some(f) => f.write_all(&bytes),
-                    None => Ok(()),
+                    Some(f) => f.write_all(&bytes).map(|()| true),
+                    None => Ok(false),
                 }
             }
             Sink::Uinput => {
                 if self.size.0 == 0 || self.size.1 == 0 {
-                    return Ok(());
+                    return Ok(false);
                 }
                 if self.device.is_none() {
+                    // Creating it at the size change failed: try again.
                     self.device = Some(self.build()?);
+                    self.created = Some(Instant::now());
+                    self.fresh = true;
                 }
                 let evs: Vec<evdev::InputEvent> = events
                     .iter()
@@ -187,8 +250,8 @@ impl Tablet {
                     .collect();
                 match self.device.as_mut() {
                     // emit() appends the SYN_REPORT.
-                    Some(d) => d.emit(&evs),
-                    None => Ok(()),
+                    Some(d) => d.emit(&evs).map(|()| true),
+                    None => Ok(false),
                 }
             }
         }
@@ -199,37 +262,140 @@ impl Tablet {
 mod tests {
     use super::*;
 
-    #[test]
-    fn fake_sink_writes_input_events() {
+    const LEFT: u32 = 1 << 1;
+    const SYN: (u16, u16, i32) = (0, 0, 0);
+
+    fn screen(width: u32, height: u32) -> Vec<GeometryMonitor> {
+        vec![GeometryMonitor {
+            display_id: 0,
+            x: 0,
+            y: 0,
+            width,
+            height,
+        }]
+    }
+
+    /// The records appended to the fake file since the last call.
+    struct Reader {
+        path: PathBuf,
+        seen: usize,
+    }
+
+    impl Reader {
+        fn take(&mut self) -> Vec<(u16, u16, i32)> {
+            let b = std::fs::read(&self.path).unwrap_or_default();
+            let evs = b[self.seen..]
+                .chunks(24)
+                .map(|r| {
+                    (
+                        u16::from_ne_bytes([r[16], r[17]]),
+                        u16::from_ne_bytes([r[18], r[19]]),
+                        i32::from_ne_bytes([r[20], r[21], r[22], r[23]]),
+                    )
+                })
+                .collect();
+            self.seen = b.len();
+            evs
+        }
+    }
+
+    fn fake() -> (tempfile::TempDir, Tablet, Reader) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ev");
-        let mut t = Tablet::new(Sink::Fake(path.clone()));
-        t.mouse(100, 200, 1 << 1);
+        let t = Tablet::new(Sink::Fake(path.clone()));
+        (dir, t, Reader { path, seen: 0 })
+    }
+
+    #[test]
+    fn buttons_and_wheel_become_key_and_rel_events() {
+        let (_d, mut t, mut r) = fake();
+        t.set_geometry(&screen(1024, 768));
+        t.mouse(5, 5, 0);
+        r.take();
+        t.mouse(100, 200, LEFT);
         t.mouse(100, 200, 1 << 4);
-        let b = std::fs::read(&path).unwrap();
-        let evs: Vec<(u16, u16, i32)> = b
-            .chunks(24)
-            .map(|r| {
-                (
-                    u16::from_ne_bytes([r[16], r[17]]),
-                    u16::from_ne_bytes([r[18], r[19]]),
-                    i32::from_ne_bytes([r[20], r[21], r[22], r[23]]),
-                )
-            })
-            .collect();
+        t.mouse(101, 200, 1 << 5);
         assert_eq!(
-            evs,
+            r.take(),
             vec![
                 (3, 0, 100),
                 (3, 1, 200),
                 (1, 0x110, 1),
-                (0, 0, 0),
+                SYN,
+                // A repeated position shortly after creation is written as a change.
+                (3, 0, 99),
+                (3, 1, 199),
                 (3, 0, 100),
                 (3, 1, 200),
                 (1, 0x110, 0),
                 (2, 8, 1),
-                (0, 0, 0),
+                SYN,
+                (3, 0, 101),
+                (3, 1, 200),
+                (2, 8, -1),
+                SYN,
             ]
         );
+    }
+
+    /// The first position after start and after every resize reaches the device as a change, so the kernel
+    /// cannot drop it (or its repeat) as a duplicate; a click there arrives with it. The old code wrote it
+    /// plainly into a device created on that very event.
+    #[test]
+    fn first_position_after_start_and_after_resize_is_a_change() {
+        let (_d, mut t, mut r) = fake();
+        t.set_geometry(&screen(1024, 768));
+        t.mouse(512, 384, LEFT);
+        assert_eq!(
+            r.take(),
+            vec![
+                (3, 0, 511),
+                (3, 1, 383),
+                (3, 0, 512),
+                (3, 1, 384),
+                (1, 0x110, 1),
+                SYN
+            ]
+        );
+        t.mouse(600, 300, LEFT);
+        assert_eq!(r.take(), vec![(3, 0, 600), (3, 1, 300), SYN]);
+
+        // Same size again: the device stays, nothing is re-sent.
+        t.set_geometry(&screen(1024, 768));
+        t.mouse(601, 300, LEFT);
+        assert_eq!(r.take(), vec![(3, 0, 601), (3, 1, 300), SYN]);
+
+        // A resize recreates the device with every button up: the held button is pressed on the new one, and
+        // the position (even at 0,0, the new axes' start value) is written as a change.
+        t.set_geometry(&screen(1920, 1080));
+        t.mouse(0, 0, LEFT);
+        assert_eq!(
+            r.take(),
+            vec![
+                (3, 0, 1),
+                (3, 1, 1),
+                (3, 0, 0),
+                (3, 1, 0),
+                (1, 0x110, 1),
+                SYN
+            ]
+        );
+        // The client repeats the position (the display server had not opened the device yet): a change again.
+        t.mouse(0, 0, 0);
+        assert_eq!(
+            r.take(),
+            vec![
+                (3, 0, 1),
+                (3, 1, 1),
+                (3, 0, 0),
+                (3, 1, 0),
+                (1, 0x110, 0),
+                SYN
+            ]
+        );
+        // Long after the creation a repeat is written plainly.
+        t.created = Some(Instant::now() - 2 * FRESH_GRACE);
+        t.mouse(0, 0, 0);
+        assert_eq!(r.take(), vec![(3, 0, 0), (3, 1, 0), SYN]);
     }
 }

@@ -160,6 +160,8 @@ pub trait DesktopBackend: std::fmt::Debug + Send {
     /// Reports the current geometry ([`BackendEvent::Geometry`]) and re-announces guest-owned selections
     /// (after a reconnect to the daemon).
     fn resync(&self);
+    /// The display id → output map changed ([`crate::display_map`]): report the geometry with the new ids.
+    fn displays_remapped(&self) {}
 }
 
 /// Events channel a backend reports on.

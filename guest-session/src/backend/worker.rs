@@ -124,4 +124,7 @@ impl DesktopBackend for ThreadBackend {
     fn resync(&self) {
         self.worker.send(Command::Resync);
     }
+    fn displays_remapped(&self) {
+        self.worker.send(Command::ReportGeometry);
+    }
 }

@@ -329,3 +329,76 @@ impl GraphicsDeviceInfo {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(out: &mut Vec<u8>, channel: u32, index: u32, address: &[u8]) {
+        for v in [channel, 0, index, address.len() as u32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(address);
+    }
+
+    #[test]
+    fn graphics_device_info_bounds() {
+        // The cap itself: 256 entries, each with a 1-byte address.
+        let mut p = MAX_DEVICE_DISPLAYS.to_le_bytes().to_vec();
+        for i in 0..MAX_DEVICE_DISPLAYS {
+            entry(&mut p, i, 0, b"\0");
+        }
+        assert_eq!(GraphicsDeviceInfo::decode(&p).unwrap().displays.len(), 256);
+        // One more is refused before anything is read.
+        let mut over = (MAX_DEVICE_DISPLAYS + 1).to_le_bytes().to_vec();
+        over.extend_from_slice(&p[4..]);
+        assert!(matches!(
+            GraphicsDeviceInfo::decode(&over),
+            Err(VdagentError::TooMany { .. })
+        ));
+        // An address without its NUL is taken whole; bytes after the NUL are dropped.
+        let mut p = 2u32.to_le_bytes().to_vec();
+        entry(&mut p, 0, 1, b"pci/0000/02.0\0junk");
+        entry(&mut p, 1, 0, b"pci/0000/03.0");
+        let g = GraphicsDeviceInfo::decode(&p).unwrap();
+        assert_eq!(g.displays[0].device_address, b"pci/0000/02.0");
+        assert_eq!(g.displays[1].device_address, b"pci/0000/03.0");
+        // Trailing bytes after the last entry, an entry count larger than what follows, a length one past the
+        // end: all refused.
+        let mut trailing = p.clone();
+        trailing.push(0);
+        assert!(GraphicsDeviceInfo::decode(&trailing).is_err());
+        let mut short = 3u32.to_le_bytes().to_vec();
+        short.extend_from_slice(&p[4..]);
+        assert!(GraphicsDeviceInfo::decode(&short).is_err());
+        let mut past = 1u32.to_le_bytes().to_vec();
+        for v in [0u32, 0, 0, 5] {
+            past.extend_from_slice(&v.to_le_bytes());
+        }
+        past.extend_from_slice(b"pci/");
+        assert!(matches!(
+            GraphicsDeviceInfo::decode(&past),
+            Err(VdagentError::LengthOutOfBounds {
+                declared: 5,
+                available: 4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn audio_volume_sync_bounds() {
+        let mut p = vec![0, 1, 255];
+        p.extend(std::iter::repeat_n(0xab, 510));
+        let a = AudioVolumeSync::decode(&p).unwrap();
+        assert_eq!((a.is_playback, a.mute, a.volumes.len()), (false, true, 255));
+        p.push(0);
+        assert!(AudioVolumeSync::decode(&p).is_err());
+        assert!(AudioVolumeSync::decode(&[1, 0, 1, 0]).is_err());
+        assert!(AudioVolumeSync::decode(&[1, 0]).is_err());
+        assert_eq!(
+            AudioVolumeSync::decode(&[1, 0, 0]).unwrap().volumes,
+            Vec::<u16>::new()
+        );
+    }
+}

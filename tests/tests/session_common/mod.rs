@@ -185,3 +185,29 @@ impl Connection {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
+
+/// A fake sysfs root for `GUESTLINK_SESSION_SYSFS`: one DRM card `card0` at PCI `0000:00:02.0` (a virtio-gpu,
+/// vendor 0x1af4) whose connectors are `connectors`, in this DRM order (`connector_id` 1, 2, …), laid out as the
+/// kernel does (`class/drm/card0` → `devices/pci0000:00/0000:00:02.0/drm/card0`, `card0-<name>` beside it). A
+/// fake because the virtual display servers of these tests (Xorg dummy, headless sway) have no DRM device: what
+/// it lets a test prove is the address → card → connector → output-name path, not a real kernel's sysfs.
+pub fn fake_drm_sysfs(dir: &Path, connectors: &[&str]) -> PathBuf {
+    use std::os::unix::fs::symlink;
+    let root = dir.join("sysfs");
+    let dev = root.join("devices/pci0000:00/0000:00:02.0");
+    let card = dev.join("drm/card0");
+    let drm = root.join("class/drm");
+    std::fs::create_dir_all(&card).expect("fake sysfs");
+    std::fs::create_dir_all(&drm).expect("fake sysfs");
+    std::fs::write(dev.join("vendor"), "0x1af4\n").expect("vendor");
+    std::fs::write(dev.join("device"), "0x1050\n").expect("device");
+    symlink(&dev, card.join("device")).expect("device link");
+    symlink(&card, drm.join("card0")).expect("card link");
+    for (i, name) in connectors.iter().enumerate() {
+        let c = card.join(format!("card0-{name}"));
+        std::fs::create_dir_all(&c).expect("connector");
+        std::fs::write(c.join("connector_id"), format!("{}\n", i + 1)).expect("connector_id");
+        symlink(&c, drm.join(format!("card0-{name}"))).expect("connector link");
+    }
+    root
+}

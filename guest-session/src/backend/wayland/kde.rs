@@ -4,7 +4,7 @@
 //! `kscreen-doctor -o` lists the outputs and their modes (`id:WxH@R`, `*` current, `!` preferred); a monitors
 //! config becomes `output.<name>.mode.<id>` (a listed mode of exactly that size, the current one first, else the
 //! highest refresh) plus `output.<name>.position.<x>,<y>`, or `output.<name>.disable`. Display id = outputs
-//! sorted by name (as for `wl_output`). A size KWin does not list is logged and that output keeps its mode.
+//! sorted by name (as for `wl_output`), or as GRAPHICS_DEVICE_INFO maps them ([`crate::display_map`]). A size KWin does not list is logged and that output keeps its mode.
 //! Runs on its own thread (kscreen-doctor takes ~100 ms) and then calls `done` so the layout is reported.
 
 use std::process::{Command, Stdio};
@@ -176,6 +176,7 @@ pub fn spawn_follow(
 pub fn arguments(outputs: &[KOutput], monitors: &[SessionMonitor]) -> (Vec<String>, Vec<String>) {
     let mut sorted: Vec<&KOutput> = outputs.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let sorted = crate::display_map::arrange(sorted, |o| o.name.as_str());
     let (mut args, mut warnings) = (Vec::new(), Vec::new());
     for (o, m) in sorted.iter().zip(monitors) {
         if m.width == 0 || m.height == 0 {

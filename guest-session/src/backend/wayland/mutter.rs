@@ -3,7 +3,7 @@
 //! Mutter cannot create modes, so a monitors config is mapped to modes it already lists (exact width × height,
 //! the current or preferred one first, else the highest refresh); a size it does not list is logged and that
 //! monitor keeps its mode. The config is applied with method 1 (temporary: no monitors.xml write and no "keep
-//! changes?" dialog). Display ids are the connectors sorted by name. The layout is reported after every apply and
+//! changes?" dialog). Display ids are the connectors sorted by name (or mapped by GRAPHICS_DEVICE_INFO). The layout is reported after every apply and
 //! on `MonitorsChanged`.
 //!
 //! [`GnomeBackend`] pairs this with a clipboard backend (X11 through Xwayland, since mutter has no data-control,
@@ -59,11 +59,12 @@ fn flag(p: &Props, key: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Connectors sorted by name: index = display id.
+/// Connectors sorted by name, or as GRAPHICS_DEVICE_INFO maps them ([`crate::display_map`]): index = display
+/// id.
 fn connectors(s: &State) -> Vec<&Monitor> {
     let mut m: Vec<&Monitor> = s.1.iter().collect();
     m.sort_by(|a, b| a.0 .0.cmp(&b.0 .0));
-    m
+    crate::display_map::arrange(m, |c| c.0 .0.as_str())
 }
 
 /// The layout: for each connector in a logical monitor, its position and current mode.
@@ -353,6 +354,9 @@ impl DesktopBackend for GnomeBackend {
     }
     fn resync(&self) {
         self.clipboard.resync();
+        self.resize.report();
+    }
+    fn displays_remapped(&self) {
         self.resize.report();
     }
 }

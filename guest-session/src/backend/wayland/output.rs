@@ -2,7 +2,7 @@
 //! sends 0,0 in `wl_output.geometry`), and resize through
 //! `zwlr_output_manager_v1` (wlroots: sway, Hyprland) with custom modes.
 //!
-//! Display ids are the outputs sorted by name. sway 1.7 announces its headless head as `enabled(0)` with one mode
+//! Display ids are the outputs sorted by name (or mapped by GRAPHICS_DEVICE_INFO). sway 1.7 announces its headless head as `enabled(0)` with one mode
 //! without a size, so the layout is taken from `wl_output`, and a resize always sends `enable_head` (never
 //! `disable_head` for a head the monitors config keeps) plus `set_mode` for a listed mode of that size, else
 //! `set_custom_mode(w, h, 0)`. A `cancelled` result (stale serial) is retried once after the next `done`.
@@ -105,10 +105,11 @@ impl Wlr {
 }
 
 impl State {
-    /// The layout, display ids in output-name order.
+    /// The layout, display ids in output-name order (or as GRAPHICS_DEVICE_INFO maps them).
     pub(super) fn geometry(&self) -> Vec<GeometryMonitor> {
         let mut outs: Vec<&WlOut> = self.outputs.iter().filter(|o| o.width > 0).collect();
         outs.sort_by(|a, b| a.name.cmp(&b.name).then(a.global.cmp(&b.global)));
+        let outs = crate::display_map::arrange(outs, |o| o.name.as_deref().unwrap_or(""));
         outs.iter()
             .enumerate()
             .map(|(i, o)| GeometryMonitor {
@@ -147,6 +148,7 @@ impl State {
         let cfg = w.manager.create_configuration(serial, &qh, ());
         let mut heads: Vec<&Head> = w.heads.iter().collect();
         heads.sort_by(|a, b| a.name.cmp(&b.name));
+        let heads = crate::display_map::arrange(heads, |h| h.name.as_str());
         for (i, h) in heads.iter().enumerate() {
             match monitors.get(i) {
                 Some(m) if m.width > 0 && m.height > 0 => {
@@ -213,6 +215,7 @@ impl State {
         }
         let mut names: Vec<&str> = w.heads.iter().map(|h| h.name.as_str()).collect();
         names.sort_unstable();
+        let names = crate::display_map::arrange(names, |n| n);
         let monitors = keep_layout_and_follow(names, &geometry, &follow);
         self.wlr_apply(monitors, 1);
     }

@@ -339,7 +339,8 @@ impl X11 {
                 self.report_geometry(true)?;
                 self.reannounce();
             }
-            Command::ReportGeometry | Command::Shutdown => {}
+            Command::ReportGeometry => self.report_geometry(false)?,
+            Command::Shutdown => {}
         }
         Ok(())
     }

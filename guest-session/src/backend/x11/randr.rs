@@ -1,6 +1,7 @@
 //! RandR ≥ 1.2 resize from a monitors config (the spice-vdagent algorithm) and geometry reporting.
 //!
-//! Steps: keep the enabled monitors that map to an output (display id = output index), lay them out side by side
+//! Steps: keep the enabled monitors that map to an output (display id = output index, or the output named by
+//! GRAPHICS_DEVICE_INFO: [`crate::display_map`]), lay them out side by side
 //! without `USE_POS`, zero-base the positions, round x and width down to multiples of 8, clamp sizes to the
 //! screen's range, drop monitors that would not fit; then, under a server grab: disable CRTCs of outputs without a
 //! monitor or that would stick out, set the screen size (96 dpi), find or create a `WxH-<display>` mode with CVT
@@ -23,10 +24,10 @@ use super::X11;
 /// Most monitors handled (spice-vdagent's cap).
 const MAX_MONITORS: usize = 64;
 
-/// One monitor to set: display id (= output index) and its rectangle.
+/// One monitor to set: display id and its rectangle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placement {
-    /// Display id / output index.
+    /// Display id (its output: `order[display_id]`, see [`crate::display_map::display_order`]).
     pub display_id: usize,
     /// X.
     pub x: i32,
@@ -144,7 +145,18 @@ fn mm(px: u32) -> u32 {
 }
 
 impl X11 {
-    /// The enabled outputs with their CRTC rectangles (display id = output index), or the root size.
+    /// Display id → output index for `outputs` ([`crate::display_map`]; identity without device info).
+    fn output_order(&self, outputs: &[Output], ts: u32) -> Result<Vec<usize>> {
+        let mut names = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            let info = self.conn.randr_get_output_info(*output, ts)?.reply()?;
+            names.push(String::from_utf8_lossy(&info.name).into_owned());
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        Ok(crate::display_map::display_order(&refs))
+    }
+
+    /// The enabled outputs with their CRTC rectangles and display ids, or the root size.
     pub(super) fn geometry(&mut self) -> Result<Vec<GeometryMonitor>> {
         let mut out = Vec::new();
         if self.randr.is_some() {
@@ -152,6 +164,9 @@ impl X11 {
                 .conn
                 .randr_get_screen_resources_current(self.root)?
                 .reply()?;
+            let ids = crate::display_map::display_ids(
+                &self.output_order(&res.outputs, res.config_timestamp)?,
+            );
             for (i, output) in res.outputs.iter().enumerate() {
                 let info = self
                     .conn
@@ -168,7 +183,7 @@ impl X11 {
                     continue;
                 }
                 out.push(GeometryMonitor {
-                    display_id: i as u32,
+                    display_id: ids.get(i).copied().unwrap_or(i as u32),
                     x: c.x.into(),
                     y: c.y.into(),
                     width: c.width.into(),
@@ -216,6 +231,8 @@ impl X11 {
                 height: g.height,
             })
             .collect();
+        let mut current = current;
+        current.sort_by_key(|p| p.display_id);
         if current == placements {
             tracing::debug!("monitors config already in effect");
             return Ok(());
@@ -226,16 +243,18 @@ impl X11 {
         }
         tracing::info!(?placements, "applying monitors config");
         self.conn.grab_server()?;
-        let result = self.apply_locked(&placements, &res.outputs, min);
+        let order = self.output_order(&res.outputs, res.config_timestamp)?;
+        let result = self.apply_locked(&placements, &res.outputs, &order, min);
         self.conn.ungrab_server()?;
         self.conn.flush()?;
         result?;
         self.cleanup_modes()?;
-        let now: Vec<(usize, u32, u32)> = self
+        let mut now: Vec<(usize, u32, u32)> = self
             .geometry()?
             .iter()
             .map(|g| (g.display_id as usize, g.width, g.height))
             .collect();
+        now.sort_unstable();
         let wanted: Vec<(usize, u32, u32)> = placements
             .iter()
             .map(|p| (p.display_id, p.width, p.height))
@@ -255,6 +274,7 @@ impl X11 {
         &mut self,
         placements: &[Placement],
         outputs: &[Output],
+        order: &[usize],
         min: (u32, u32),
     ) -> Result<()> {
         let (sw, sh) = screen_size(placements, min);
@@ -267,7 +287,9 @@ impl X11 {
                 continue;
             }
             let c = self.conn.randr_get_crtc_info(info.crtc, ts)?.reply()?;
-            let wanted = placements.iter().any(|p| p.display_id == i);
+            let wanted = placements
+                .iter()
+                .any(|p| order.get(p.display_id) == Some(&i));
             let sticks_out = i64::from(c.x) + i64::from(c.width) > i64::from(sw)
                 || i64::from(c.y) + i64::from(c.height) > i64::from(sh);
             if !wanted || sticks_out {
@@ -292,7 +314,9 @@ impl X11 {
         self.set_screen_size(sw, sh);
         // 3. Each monitor.
         for p in placements {
-            let output = outputs[p.display_id];
+            let Some(&output) = order.get(p.display_id).and_then(|&i| outputs.get(i)) else {
+                continue;
+            };
             let ts = self.config_time()?;
             let info = self.conn.randr_get_output_info(output, ts)?.reply()?;
             let crtc = if info.crtc != 0 {
