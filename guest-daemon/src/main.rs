@@ -2,16 +2,19 @@
 //! protocol) with freeze safety: an auto-thaw watchdog, hook timeouts, thaw on SIGTERM, no disk writes while frozen.
 //!
 //! Start-up: command line → configuration (→ `-D`/`-V`/`-b help` exit here) → frozen marker check → daemonize →
-//! logging → tokio runtime → transport → sd_notify READY=1 → dispatch loop; SIGTERM/SIGINT thaw and exit 0.
+//! logging → descriptor limit, closer threads, SPICE thread ([`runtimes`]) → QGA runtime → transport →
+//! sd_notify READY=1 → dispatch loop; SIGTERM/SIGINT thaw and exit 0.
 #![deny(unsafe_code)]
 
 mod cli;
+mod closer;
 mod commands;
 mod config;
 mod daemon;
 mod freeze;
 mod keyfile;
 mod logging;
+mod runtimes;
 mod server;
 mod spice;
 mod state;
@@ -146,10 +149,13 @@ fn start(cfg: Config, spice: Option<spice::SpiceOptions>) -> Result<()> {
         cfg.verbose,
         start_frozen,
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
+    match sys::raise_nofile_limit() {
+        Ok(n) => tracing::debug!("descriptor limit: {n}"),
+        Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
+    }
+    closer::start();
+    let spice = spice.map(runtimes::spawn_spice).transpose()?;
+    let rt = runtimes::qga_runtime()?;
     let r = rt.block_on(run(cfg, statedir, deferred_pidfile, spice));
     daemon::remove_pidfile();
     r
@@ -163,7 +169,7 @@ async fn run(
     cfg: Config,
     statedir: StateDir,
     deferred_pidfile: Arc<Mutex<Option<String>>>,
-    spice: Option<spice::SpiceOptions>,
+    spice: Option<runtimes::SpiceSide>,
 ) -> Result<()> {
     let g = &cfg.guestlink;
     let on_change: freeze::FrozenHook = Arc::new(move |frozen| {
@@ -221,29 +227,41 @@ async fn run(
 
     let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let spice_task = spice.map(|o| tokio::spawn(spice::run_logged(o)));
+    let has_spice = spice.is_some();
     if cfg.method == "none" {
         // SPICE only: no QGA channel; exit with the SPICE side or on a signal.
-        let task = spice_task.context("-m none needs --spice-path (nothing to serve)")?;
+        let side = spice.context("-m none needs --spice-path (nothing to serve)")?;
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
         tokio::select! {
-            r = task => return r.context("SPICE task")?,
+            r = side.done => return r.context("SPICE thread")?,
             _ = sigterm.recv() => {}
             _ = sigint.recv() => {}
         }
         tracing::info!("exiting");
         return Ok(());
     }
+    // With the SPICE side in this process, a missing or failing QGA channel is never fatal: it is retried.
+    let retry = cfg.retry_path || has_spice;
+    // With a SPICE side, READY=1 does not wait for the QGA channel.
+    let notified = has_spice;
+    if notified {
+        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    }
+    let mut announced = false;
+    let mut warned_missing = false;
     let mut activation = transport::listen::activation_fd(&env_var)?;
     let mut streamer = server::new_streamer();
-    let mut notified = false;
     loop {
         let activated = activation.is_some();
         let opened = transport::open(&cfg.method, cfg.path.as_deref(), activation.take());
         let mut channel = match opened {
             Ok(c) => c,
-            Err(e) if cfg.retry_path => {
-                tracing::warn!("{e}; waiting for channel path...");
+            Err(e) if retry => {
+                if cfg.retry_path {
+                    tracing::warn!("{e}; waiting for channel path...");
+                } else if !std::mem::replace(&mut warned_missing, true) {
+                    tracing::warn!("{e}; the SPICE side keeps running, the QGA channel is retried");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(transport::RETRY_INTERVAL) => continue,
                     _ = sigterm.recv() => break,
@@ -252,10 +270,12 @@ async fn run(
             }
             Err(e) => return Err(e).context("failed to initialize guest agent channel"),
         };
-        if !notified {
-            notified = true;
-            if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
-                tracing::debug!("sd_notify: {e}");
+        warned_missing = false;
+        if !std::mem::replace(&mut announced, true) {
+            if !notified {
+                if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+                    tracing::debug!("sd_notify: {e}");
+                }
             }
             if activated {
                 tracing::info!("guestlinkd {VERSION} ready (socket activation)");
@@ -269,7 +289,7 @@ async fn run(
             _ = sigint.recv() => break,
         };
         drop(channel);
-        if !cfg.retry_path {
+        if !retry {
             freezer.thaw_for_exit().await;
             return Err(err).context("channel failed");
         }
