@@ -233,7 +233,8 @@ fn linger_attack_never_stalls_the_qga_core() {
     let sock = t.session_socket.to_str().unwrap().to_owned();
     let mut a = Attacker(attacker(LINGER_SCRIPT, &[&sock, "4", "4", "25"]));
     let mut out = BufReader::new(a.0.stdout.take().unwrap());
-    wait_line(&mut out, "sent 0");
+    let first = wait_line(&mut out, "sent 0");
+    assert!(!first.ends_with(" 0"), "no socket was passed: {first}");
     // The daemon has the first connection's sockets now; keep probing while the attack goes on.
     let probes = [
         ("guest-ping", None),
