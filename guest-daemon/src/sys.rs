@@ -242,7 +242,8 @@ pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Vec
             for i in 0..count {
                 // SAFETY: `data + i * INT + INT <= cmsg_end <= end`, inside `control`; read_unaligned makes no
                 // alignment assumption.
-                let fd = unsafe { std::ptr::read_unaligned((data + i * INT) as *const libc::c_int) };
+                let fd =
+                    unsafe { std::ptr::read_unaligned((data + i * INT) as *const libc::c_int) };
                 if fd >= 0 {
                     // SAFETY: the kernel just installed `fd` in our descriptor table as part of this recvmsg;
                     // nothing else refers to it, so taking ownership (and closing it on drop) is sound.
@@ -295,7 +296,9 @@ mod tests {
 
     #[test]
     fn passed_descriptors_are_all_owned_and_closed() {
-        use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+        use nix::sys::socket::{
+            sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+        };
         let (a, b) = socketpair(
             AddressFamily::Unix,
             SockType::Stream,
@@ -306,8 +309,14 @@ mod tests {
         let null = std::fs::File::open("/dev/null").unwrap();
         let raw: Vec<RawFd> = vec![null.as_raw_fd(); SCM_MAX_FD];
         let iov = [std::io::IoSlice::new(b"x")];
-        sendmsg::<()>(a.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&raw)], MsgFlags::empty(), None)
-            .unwrap();
+        sendmsg::<()>(
+            a.as_raw_fd(),
+            &iov,
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
         let mut buf = [0u8; 8];
         let (n, fds) = recv_with_fds(b.as_fd(), &mut buf).unwrap();
         assert_eq!((n, fds.len()), (1, SCM_MAX_FD));
@@ -317,6 +326,9 @@ mod tests {
             let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
             assert_eq!(link, std::path::Path::new("/dev/null"));
         }
-        assert_eq!(recv_with_fds(b.as_fd(), &mut buf).unwrap_err(), Errno::EAGAIN);
+        assert_eq!(
+            recv_with_fds(b.as_fd(), &mut buf).unwrap_err(),
+            Errno::EAGAIN
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Local users against guestlinkd in its single-process mode (QGA on `-m unix-listen` and the SPICE side with a
 //! session socket, `--no-logind`, `--uinput-fake`): issue 16, findings 1 and 2. The attacker is a real
 //! unprivileged uid (65534, through `setpriv`) running a small Python script (`socket.send_fds`); the tests run
-//! as root. Nothing here freezes anything.
+//! as root. Nothing here freezes anything. Also: the SPICE side keeps serving when there is no QGA port.
 //!
 //! - `linger_attack_never_stalls_the_qga_core`: sockets with SO_LINGER and unsent data toward a peer that never
 //!   reads are passed (SCM_RIGHTS) to the session socket, several per connection, their sender's copies closed.
@@ -117,7 +117,11 @@ struct Qga {
 
 impl Qga {
     /// Runs `execute` and returns the reply and how long it took; `Err` if no reply came within [`BOUND`].
-    fn call(&mut self, execute: &str, arguments: Option<Value>) -> Result<(Value, Duration), String> {
+    fn call(
+        &mut self,
+        execute: &str,
+        arguments: Option<Value>,
+    ) -> Result<(Value, Duration), String> {
         let mut req = json!({ "execute": execute });
         if let Some(a) = arguments {
             req["arguments"] = a;
@@ -130,7 +134,8 @@ impl Qga {
         self.r
             .read_line(&mut line)
             .map_err(|e| format!("{execute}: no reply within {BOUND:?} ({e})"))?;
-        let v: Value = serde_json::from_str(&line).map_err(|e| format!("{execute}: {e}: {line}"))?;
+        let v: Value =
+            serde_json::from_str(&line).map_err(|e| format!("{execute}: {e}: {line}"))?;
         Ok((v, start.elapsed()))
     }
 }
@@ -265,7 +270,10 @@ fn linger_attack_never_stalls_the_qga_core() {
     assert_eq!(reply, json!({"return": {}}));
     worst = worst.max(took);
     eprintln!("{calls} QGA calls during the linger attack, slowest {worst:?}");
-    assert!(t.agent.wait_exit(Duration::ZERO).is_none(), "guestlinkd died");
+    assert!(
+        t.agent.wait_exit(Duration::ZERO).is_none(),
+        "guestlinkd died"
+    );
 }
 
 /// Opens `conns` session connections, passes 3 × 253 descriptors of /dev/null on each, then closes them all.
@@ -349,5 +357,49 @@ fn fd_flood_leaks_no_descriptor() {
         .call("guest-file-close", Some(json!({ "handle": handle })))
         .unwrap();
     assert_eq!(reply, json!({"return": {}}));
-    assert!(t.agent.wait_exit(Duration::ZERO).is_none(), "guestlinkd died");
+    assert!(
+        t.agent.wait_exit(Duration::ZERO).is_none(),
+        "guestlinkd died"
+    );
+}
+
+/// `guestlinkd --spice-path P --session-socket S --no-logind --uinput-fake F --foreground` with no QGA port (the
+/// default virtio-serial path does not exist here): the SPICE side keeps serving, the QGA side retries quietly.
+#[test]
+fn spice_side_runs_without_a_qga_port() {
+    let port = Path::new("/dev/virtio-ports/org.qemu.guest_agent.0");
+    if port.exists() {
+        eprintln!("\n*** SKIPPED: this machine has a real QGA port ***\n");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let session_socket = dir.path().join("session.sock");
+    let mut cmd = Command::new(guestlink_tests::agent::guestlinkd_path());
+    cmd.arg("--spice-path")
+        .arg(dir.path().join("spice-port.sock"))
+        .arg("--session-socket")
+        .arg(&session_socket)
+        .arg("--no-logind")
+        .arg("--uinput-fake")
+        .arg(dir.path().join("uinput"))
+        .arg("--foreground")
+        .arg("-t")
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut d = spice_common::daemon_peers::Daemon(cmd.spawn().unwrap());
+    spice_common::wait_for("the session socket", || session_socket.exists());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(d.alive(), "guestlinkd exited without a QGA port");
+    // The session socket serves: a connection is accepted and stays open.
+    let s = UnixStream::connect(&session_socket).expect("session socket");
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    match std::io::Read::read(&mut &s, &mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        r => panic!("the session connection ended: {r:?}"),
+    }
+    assert!(d.alive(), "guestlinkd exited");
 }

@@ -579,7 +579,10 @@ fn vm_freeze_lifecycle() {
             vm.guest_ok(&format!("prlimit --pid {pid} --nofile=1024:1024"));
             let deadline = Instant::now() + Duration::from_secs(90);
             while q.ok("guest-fsfreeze-status", None) != "thawed" {
-                assert!(Instant::now() < deadline, "the failed thaw was not retried: {e:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "the failed thaw was not retried: {e:?}"
+                );
                 std::thread::sleep(Duration::from_millis(250));
             }
             assert!(vm.progress_moves(p1, resume), "writer did not resume");

@@ -376,7 +376,10 @@ async fn failed_fithaw_keeps_frozen_and_the_watchdog_retries() {
     let e = f.thaw().await.unwrap_err();
     let text = e.to_string();
     assert!(matches!(e, FreezeError::Thaw { .. }), "{text}");
-    assert!(text.contains("/var/lib (FITHAW: Input/output error)"), "{text}");
+    assert!(
+        text.contains("/var/lib (FITHAW: Input/output error)"),
+        "{text}"
+    );
     assert!(text.contains("may still be frozen"), "{text}");
     assert_eq!(f.status(), "frozen");
     assert!(fx.marker_exists());
@@ -398,10 +401,7 @@ async fn restart_while_frozen_at_the_fd_limit_stays_frozen_then_retries() {
     fx.ops.fail_all_opens(Some(Errno::EMFILE));
     let f = fx.freezer(None, HookFailure::Abort, None);
     let e = f.thaw().await.unwrap_err();
-    assert!(
-        e.to_string().contains("open: Too many open files"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("open: Too many open files"), "{e}");
     assert_eq!(f.status(), "frozen");
     assert!(fx.marker_exists() && !fx.ops.frozen().is_empty());
     fx.ops.fail_all_opens(None);
@@ -456,7 +456,10 @@ async fn freeze_at_the_fd_limit_fails_and_thaws_what_it_froze() {
         .unwrap()
         .insert("/var/lib".to_owned(), Errno::EMFILE);
     let e = f.freeze(None).await.unwrap_err();
-    assert_eq!(e.to_string(), "failed to open /var/lib: Too many open files");
+    assert_eq!(
+        e.to_string(),
+        "failed to open /var/lib: Too many open files"
+    );
     assert!(fx.ops.frozen().is_empty(), "{:?}", fx.ops.frozen());
     assert!(!f.is_frozen() && !fx.marker_exists());
 }
