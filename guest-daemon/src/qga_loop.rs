@@ -78,7 +78,7 @@ pub async fn serve<B: Backend>(
             }
         }
         let err = tokio::select! {
-            e = server::serve(&mut channel, &d, &mut streamer) => e,
+            e = server::serve(&mut channel, d, &mut streamer) => e,
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
         };
