@@ -1,17 +1,23 @@
 //! guestlinkd: the guest's root daemon, a drop-in replacement for qemu-ga (same command line, key file, wire
 //! protocol) with freeze safety: an auto-thaw watchdog, hook timeouts, thaw on SIGTERM, no disk writes while frozen.
 //!
-//! Start-up: command line → configuration (→ `-D`/`-V`/`-b help` exit here) → frozen marker check → daemonize →
-//! logging → tokio runtime → transport → sd_notify READY=1 → dispatch loop; SIGTERM/SIGINT thaw and exit 0.
+//! This file is wiring only. Start-up: command line → configuration (→ `-D`/`-V`/`-b help` exit here) → frozen
+//! marker check → daemonize → logging → descriptor limit, closer threads, SPICE thread ([`runtimes`]) → QGA
+//! runtime → freezer, command handlers, dispatcher → the QGA loop ([`qga_loop`]: transport, sd_notify READY=1,
+//! dispatch; SIGTERM/SIGINT thaw and exit 0).
 #![deny(unsafe_code)]
 
+mod backend;
 mod cli;
+mod closer;
 mod commands;
 mod config;
 mod daemon;
 mod freeze;
 mod keyfile;
 mod logging;
+mod qga_loop;
+mod runtimes;
 mod server;
 mod spice;
 mod state;
@@ -24,58 +30,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use guestlink_protocol::qga::schema::{Command, COMMANDS};
-use guestlink_protocol::qga::QgaError;
-use serde_json::Value;
-use tokio::signal::unix::{signal, SignalKind};
+use guestlink_protocol::qga::schema::COMMANDS;
 
+use backend::ServicesBackend;
 use config::Config;
 use freeze::hook::Hook;
 use freeze::{FreezeConfig, Freezer};
-use server::dispatch::{Backend, Dispatcher, Output, StreamedReply};
+use server::dispatch::Dispatcher;
 use server::policy::Policy;
 use state::StateDir;
 
 /// guestlinkd's version, reported by `-V` and (unless `info-version` overrides it) by `guest-info`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The command handlers as the core's backend; [`commands::CommandError::to_qga`] is the one error mapping.
-#[derive(Debug)]
-struct ServicesBackend(commands::Services);
-
-impl Backend for ServicesBackend {
-    async fn execute(&self, cmd: Command) -> Result<Output, QgaError> {
-        let out = match cmd {
-            // guest-file-read's answer is written in pieces (no 64 MiB JSON string).
-            read @ Command::GuestFileRead(_) => match self.0.execute_payload(read).await {
-                Ok(commands::Payload::FileRead(r)) => {
-                    Ok(Output::Streamed(Box::new(FileReadReply(r))))
-                }
-                Ok(commands::Payload::Value(v)) => Ok(Output::Value(v)),
-                Err(e) => Err(e),
-            },
-            other => self.0.execute(other).await.map(Output::Value),
-        };
-        out.map_err(|e| e.to_qga())
-    }
-}
-
-/// guest-file-read's answer written in pieces: base64-encoded chunk by chunk straight into the channel.
-#[derive(Debug)]
-struct FileReadReply(commands::file_read::FileRead);
-
-/// Raw bytes per base64 chunk (a multiple of 3, so the chunks concatenate without padding).
-const FILE_READ_CHUNK: usize = 3 << 20;
-
-impl StreamedReply for FileReadReply {
-    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>) {
-        self.0.reply_parts(id, delimited)
-    }
-
-    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_> {
-        Box::new(self.0.b64_chunks(FILE_READ_CHUNK))
-    }
-}
 
 fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok()
@@ -146,10 +112,13 @@ fn start(cfg: Config, spice: Option<spice::SpiceOptions>) -> Result<()> {
         cfg.verbose,
         start_frozen,
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
+    match sys::raise_nofile_limit() {
+        Ok(n) => tracing::debug!("descriptor limit: {n}"),
+        Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
+    }
+    closer::start();
+    let spice = spice.map(runtimes::spawn_spice).transpose()?;
+    let rt = runtimes::qga_runtime()?;
     let r = rt.block_on(run(cfg, statedir, deferred_pidfile, spice));
     daemon::remove_pidfile();
     r
@@ -163,7 +132,7 @@ async fn run(
     cfg: Config,
     statedir: StateDir,
     deferred_pidfile: Arc<Mutex<Option<String>>>,
-    spice: Option<spice::SpiceOptions>,
+    spice: Option<runtimes::SpiceSide>,
 ) -> Result<()> {
     let g = &cfg.guestlink;
     let on_change: freeze::FrozenHook = Arc::new(move |frozen| {
@@ -219,69 +188,5 @@ async fn run(
         version,
     );
 
-    let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let spice_task = spice.map(|o| tokio::spawn(spice::run_logged(o)));
-    if cfg.method == "none" {
-        // SPICE only: no QGA channel; exit with the SPICE side or on a signal.
-        let task = spice_task.context("-m none needs --spice-path (nothing to serve)")?;
-        let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-        tokio::select! {
-            r = task => return r.context("SPICE task")?,
-            _ = sigterm.recv() => {}
-            _ = sigint.recv() => {}
-        }
-        tracing::info!("exiting");
-        return Ok(());
-    }
-    let mut activation = transport::listen::activation_fd(&env_var)?;
-    let mut streamer = server::new_streamer();
-    let mut notified = false;
-    loop {
-        let activated = activation.is_some();
-        let opened = transport::open(&cfg.method, cfg.path.as_deref(), activation.take());
-        let mut channel = match opened {
-            Ok(c) => c,
-            Err(e) if cfg.retry_path => {
-                tracing::warn!("{e}; waiting for channel path...");
-                tokio::select! {
-                    _ = tokio::time::sleep(transport::RETRY_INTERVAL) => continue,
-                    _ = sigterm.recv() => break,
-                    _ = sigint.recv() => break,
-                }
-            }
-            Err(e) => return Err(e).context("failed to initialize guest agent channel"),
-        };
-        if !notified {
-            notified = true;
-            if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
-                tracing::debug!("sd_notify: {e}");
-            }
-            if activated {
-                tracing::info!("guestlinkd {VERSION} ready (socket activation)");
-            } else {
-                tracing::info!(method = %cfg.method, path = ?cfg.path, "guestlinkd {VERSION} ready");
-            }
-        }
-        let err = tokio::select! {
-            e = server::serve(&mut channel, &d, &mut streamer) => e,
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-        };
-        drop(channel);
-        if !cfg.retry_path {
-            freezer.thaw_for_exit().await;
-            return Err(err).context("channel failed");
-        }
-        tracing::warn!("{err}; agent stopped unexpectedly, restarting...");
-        tokio::select! {
-            _ = tokio::time::sleep(transport::RETRY_INTERVAL) => {}
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-        }
-    }
-    // Unlike qemu-ga (which ignores SIGTERM while frozen until systemd SIGKILLs it), thaw first, then exit 0.
-    freezer.thaw_for_exit().await;
-    tracing::info!("exiting");
-    Ok(())
+    qga_loop::serve(&cfg, &d, &freezer, spice).await
 }

@@ -187,31 +187,148 @@ pub fn pidfd_signal0(pidfd: BorrowedFd<'_>) -> Result<(), Errno> {
 }
 
 /// Most descriptors one `recvmsg` can return: the kernel's SCM_MAX_FD. A unix stream read never returns the
-/// descriptors of more than one send, so a control buffer this large is never truncated.
+/// descriptors of more than one send, so a control buffer this large is only truncated when the kernel cannot
+/// install them all (the process is at its descriptor limit): then it installs what it can and sets MSG_CTRUNC.
 const SCM_MAX_FD: usize = 253;
 
 /// `recvmsg(2)` on a unix stream socket: the bytes read into `buf` and the descriptors passed with them
-/// (SCM_RIGHTS, received O_CLOEXEC), each owned so it is closed when dropped.
+/// (SCM_RIGHTS, received O_CLOEXEC), each owned so it is closed when dropped. The control data is parsed here, not
+/// by nix (whose parser gives up on MSG_CTRUNC), so every descriptor the kernel installed is owned and closed,
+/// also when the control data was truncated or holds something unexpected.
 pub fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>), Errno> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-    )?;
-    let n = msg.bytes;
+    const INT: usize = std::mem::size_of::<libc::c_int>();
+    let payload = u32::try_from(SCM_MAX_FD * INT).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: CMSG_SPACE only computes a size from its argument.
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+    // u64 elements: the control buffer must be aligned for `cmsghdr`.
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast::<libc::c_void>(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is a plain C struct for which all-zero bytes is a valid value (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast::<libc::c_void>();
+    msg.msg_controllen = control.len() * 8;
+    // SAFETY: `sock` is a valid descriptor for the borrow; `msg` points to one iovec describing `buf` (live and
+    // writable for its length) and to `control` (live, aligned, `msg_controllen` bytes); all outlive the call.
+    let n = unsafe {
+        libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(Errno::last());
+    }
     let mut fds = Vec::new();
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            for fd in raw {
-                // SAFETY: the kernel just installed `fd` in our descriptor table as part of this recvmsg;
-                // nothing else refers to it, so taking ownership (and closing it on drop) is sound.
-                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+    let base = control.as_ptr() as usize;
+    // The kernel updated msg_controllen to the bytes it wrote; never read beyond the buffer whatever it says.
+    let end = base + msg.msg_controllen.min(control.len() * 8);
+    // SAFETY: `msg` describes `control` as filled by the kernel; CMSG_FIRSTHDR returns null or a pointer into it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is non-null and points at a cmsghdr inside `control` (CMSG_FIRSTHDR/CMSG_NXTHDR check that
+        // the header fits within msg_controllen), which is aligned for cmsghdr.
+        let hdr = unsafe { &*c };
+        // SAFETY: CMSG_DATA only offsets `c` by the aligned header size.
+        let data = unsafe { libc::CMSG_DATA(c) } as usize;
+        let cmsg_end = (c as usize).saturating_add(hdr.cmsg_len as usize).min(end);
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            let count = cmsg_end.saturating_sub(data) / INT;
+            for i in 0..count {
+                // SAFETY: `data + i * INT + INT <= cmsg_end <= end`, inside `control`; read_unaligned makes no
+                // alignment assumption.
+                let fd =
+                    unsafe { std::ptr::read_unaligned((data + i * INT) as *const libc::c_int) };
+                if fd >= 0 {
+                    // SAFETY: the kernel just installed `fd` in our descriptor table as part of this recvmsg;
+                    // nothing else refers to it, so taking ownership (and closing it on drop) is sound.
+                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
             }
         }
+        // SAFETY: `msg` and `c` are as above; CMSG_NXTHDR returns null at the end of the control data.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
     }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        tracing::debug!(
+            received = fds.len(),
+            "passed descriptors truncated (MSG_CTRUNC): the process is near its descriptor limit"
+        );
+    }
+    let n = usize::try_from(n).map_err(|_| Errno::EINVAL)?;
     Ok((n, fds))
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (guestlinkd never uses `select`, so large fd numbers are
+/// fine). Returns the limit now in force.
+pub fn raise_nofile_limit() -> Result<u64, Errno> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `struct rlimit` to a live, properly aligned value.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(Errno::last());
+    }
+    if r.rlim_cur < r.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: setrlimit reads one `struct rlimit` from a live value.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            return Err(Errno::last());
+        }
+        r = raised;
+    }
+    Ok(r.rlim_cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn passed_descriptors_are_all_owned_and_closed() {
+        use nix::sys::socket::{
+            sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType,
+        };
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let raw: Vec<RawFd> = vec![null.as_raw_fd(); SCM_MAX_FD];
+        let iov = [std::io::IoSlice::new(b"x")];
+        sendmsg::<()>(
+            a.as_raw_fd(),
+            &iov,
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let mut buf = [0u8; 8];
+        let (n, fds) = recv_with_fds(b.as_fd(), &mut buf).unwrap();
+        assert_eq!((n, fds.len()), (1, SCM_MAX_FD));
+        // Each is a new descriptor of /dev/null (the kernel installed them; they are closed on drop).
+        for fd in &fds {
+            assert_ne!(fd.as_raw_fd(), null.as_raw_fd());
+            let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+            assert_eq!(link, std::path::Path::new("/dev/null"));
+        }
+        assert_eq!(
+            recv_with_fds(b.as_fd(), &mut buf).unwrap_err(),
+            Errno::EAGAIN
+        );
+    }
 }

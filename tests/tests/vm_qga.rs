@@ -2,9 +2,9 @@
 //!
 //! Two VMs, booted once each: `vm_agent_protocol` (boot, read-only commands, reconnect/resync, guest-shutdown)
 //! and `vm_freeze_lifecycle` (real FIFREEZE of the guest's ext4 disks observed through a writer process, hooks,
-//! frozen allow-list, restarts while frozen, auto-thaw). The agent is guestlinkd from the target dir; set
-//! `GUESTLINK_VM_AGENT=qemu-ga` to run the same checks against Debian's qemu-ga (guestlinkd-only steps are
-//! skipped then). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
+//! frozen allow-list, restarts while frozen, auto-thaw, a thaw with no descriptor left). The agent is guestlinkd
+//! from the target dir; set `GUESTLINK_VM_AGENT=qemu-ga` to run the same checks against Debian's qemu-ga
+//! (guestlinkd-only steps are skipped then). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
 #![forbid(unsafe_code)]
 
 #[path = "../vm/harness.rs"]
@@ -543,4 +543,51 @@ fn vm_freeze_lifecycle() {
         vm.progress_moves(p1, resume),
         "writer did not resume after auto-thaw"
     );
+
+    step("thaw with no descriptor left (EMFILE): the writer resumes, status says thawed only then");
+    // No hook here: a hook needs pipes, so its failure at EMFILE would turn the reply into an error.
+    let args = "-m virtio-serial -p /dev/virtio-ports/org.qemu.guest_agent.0 -t /run/agent-state";
+    drop(q);
+    vm.restart_agent(args, "TERM");
+    std::thread::sleep(Duration::from_secs(1));
+    q = vm.qga();
+    assert_eq!(q.ok("guest-fsfreeze-freeze", None), 2);
+    let pid = vm.agent_pid();
+    // The descriptor limit becomes the lowest free descriptor number: every open(), including
+    // /proc/self/mountinfo and the mount points, now fails with EMFILE.
+    let limit = vm.guest_ok(&format!(
+        "i=0; while [ -e /proc/{pid}/fd/$i ]; do i=$((i+1)); done; \
+         prlimit --pid {pid} --nofile=$i:$i && echo $i"
+    ));
+    eprintln!("[vm] agent {pid} descriptor limit lowered to {limit}");
+    let p1 = vm.progress();
+    std::thread::sleep(stall);
+    assert!(vm.progress() <= p1 + 1, "not frozen before the thaw");
+    let thawed = q.call("guest-fsfreeze-thaw", None);
+    match thawed {
+        Ok(n) => {
+            assert_eq!(n, 2, "thaw at EMFILE");
+            assert!(
+                vm.progress_moves(p1, resume),
+                "the thaw at EMFILE said {n} but the writer did not resume"
+            );
+            assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
+        }
+        Err(e) => {
+            // Allowed only if it says so and stays frozen; the watchdog must then thaw once descriptors are back.
+            assert_eq!(q.ok("guest-fsfreeze-status", None), "frozen", "{e:?}");
+            vm.guest_ok(&format!("prlimit --pid {pid} --nofile=1024:1024"));
+            let deadline = Instant::now() + Duration::from_secs(90);
+            while q.ok("guest-fsfreeze-status", None) != "thawed" {
+                assert!(
+                    Instant::now() < deadline,
+                    "the failed thaw was not retried: {e:?}"
+                );
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            assert!(vm.progress_moves(p1, resume), "writer did not resume");
+        }
+    }
+    vm.guest_ok(&format!("prlimit --pid {pid} --nofile=1024:1024"));
+    assert_eq!(q.ok("guest-ping", None), json!({}));
 }

@@ -88,7 +88,7 @@ fn freezes(calls: &[Call]) -> Vec<&str> {
         .iter()
         .filter_map(|c| match c {
             Call::Freeze(d, _) => Some(d.as_str()),
-            Call::Thaw(_) => None,
+            Call::Thaw(_) | Call::Open(_) => None,
         })
         .collect()
 }
@@ -122,7 +122,7 @@ async fn freezes_in_reverse_order_and_thaws_forward() {
         .iter()
         .filter_map(|c| match c {
             Call::Thaw(d) => Some(d.clone()),
-            Call::Freeze(..) => None,
+            Call::Freeze(..) | Call::Open(_) => None,
         })
         .collect();
     // Forward order; each mount is thawed until FITHAW fails (so each appears at least twice when it was frozen).
@@ -260,37 +260,52 @@ async fn failing_thaw_hook_reports_error_after_thawing() {
     assert!(!f.is_frozen() && fx.ops.frozen().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
+/// Waits (real time: the watchdog is an OS thread) until `cond` holds, at most `limit`.
+async fn wait_for(limit: Duration, cond: impl Fn() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+#[tokio::test]
 async fn auto_thaw_fires_after_the_delay() {
     let fx = Fixture::new();
-    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_secs(600)));
+    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_millis(600)));
     f.freeze(None).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(599)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(f.status(), "frozen");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    // The watchdog's thaw walk runs on the blocking pool: wait for it (real time does not advance here).
-    for _ in 0..20_000 {
-        if !f.is_frozen() {
-            break;
-        }
-        tokio::task::yield_now().await;
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert!(wait_for(Duration::from_secs(5), || !f.is_frozen()).await);
     assert_eq!(f.status(), "thawed");
     assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
+async fn auto_thaw_fires_while_the_callers_runtime_is_blocked() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_millis(300)));
+    f.freeze(None).await.unwrap();
+    // This test's only runtime thread sleeps in a syscall (like a close stuck in SO_LINGER): the watchdog, on its
+    // own thread, thaws anyway.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(f.status(), "thawed");
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test]
 async fn manual_thaw_cancels_the_watchdog() {
     let fx = Fixture::new();
-    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_secs(10)));
+    let f = fx.freezer(None, HookFailure::Abort, Some(Duration::from_millis(1000)));
     f.freeze(None).await.unwrap();
     f.thaw().await.unwrap();
-    // A new freeze restarts the clock: the first timer must not thaw it at t=10.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A new freeze restarts the clock: the first timer must not thaw it at t=1000 ms.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     f.freeze(None).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(f.status(), "frozen");
     let thaws = fx
         .ops
@@ -309,14 +324,144 @@ async fn manual_thaw_cancels_the_watchdog() {
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn auto_thaw_disabled_with_none() {
     let fx = Fixture::new();
     let f = fx.freezer(None, HookFailure::Abort, None);
     f.freeze(None).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(100_000)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(f.status(), "frozen");
     f.thaw().await.unwrap();
+}
+
+fn opens_since(calls: &[Call], from: usize) -> usize {
+    calls[from..]
+        .iter()
+        .filter(|c| matches!(c, Call::Open(_)))
+        .count()
+}
+
+#[tokio::test]
+async fn thaw_at_the_fd_limit_uses_the_descriptors_of_the_freeze() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    assert_eq!(f.freeze(None).await.unwrap(), 4);
+    // Out of descriptors: no open() works and /proc/self/mountinfo cannot be read.
+    fx.ops.fail_all_opens(Some(Errno::EMFILE));
+    std::fs::remove_file(fx.dir.path().join("mountinfo")).unwrap();
+    let before = fx.ops.calls().len();
+    assert_eq!(f.thaw().await.unwrap(), 4);
+    assert!(fx.ops.frozen().is_empty(), "{:?}", fx.ops.frozen());
+    assert_eq!(opens_since(&fx.ops.calls(), before), 0);
+    assert!(!f.is_frozen() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn thaw_with_mountinfo_readable_but_opens_failing_still_thaws() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    f.freeze(None).await.unwrap();
+    fx.ops.fail_all_opens(Some(Errno::EMFILE));
+    assert_eq!(f.thaw().await.unwrap(), 4);
+    assert!(fx.ops.frozen().is_empty() && !f.is_frozen() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn failed_fithaw_keeps_frozen_and_the_watchdog_retries() {
+    let fx = Fixture::new();
+    // Even with --auto-thaw off, a thaw that failed is retried.
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    f.freeze(None).await.unwrap();
+    fx.ops.fail_thaw("/var/lib", Some(Errno::EIO));
+    let e = f.thaw().await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, FreezeError::Thaw { .. }), "{text}");
+    assert!(
+        text.contains("/var/lib (FITHAW: Input/output error)"),
+        "{text}"
+    );
+    assert!(text.contains("may still be frozen"), "{text}");
+    assert_eq!(f.status(), "frozen");
+    assert!(fx.marker_exists());
+    assert_eq!(fx.ops.frozen(), ["/var/lib"].map(String::from));
+    // The commands stay restricted meanwhile; once FITHAW works, the watchdog's retry thaws.
+    fx.ops.fail_thaw("/var/lib", None);
+    assert!(wait_for(Duration::from_secs(5), || !f.is_frozen()).await);
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn restart_while_frozen_at_the_fd_limit_stays_frozen_then_retries() {
+    let fx = Fixture::new();
+    {
+        let f = fx.freezer(None, HookFailure::Abort, None);
+        f.freeze(None).await.unwrap();
+    }
+    // The new instance holds nothing: the thaw must open the mount points, and cannot.
+    fx.ops.fail_all_opens(Some(Errno::EMFILE));
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    let e = f.thaw().await.unwrap_err();
+    assert!(e.to_string().contains("open: Too many open files"), "{e}");
+    assert_eq!(f.status(), "frozen");
+    assert!(fx.marker_exists() && !fx.ops.frozen().is_empty());
+    fx.ops.fail_all_opens(None);
+    assert!(wait_for(Duration::from_secs(5), || !f.is_frozen()).await);
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn restart_while_frozen_without_mountinfo_stays_frozen() {
+    let fx = Fixture::new();
+    {
+        let f = fx.freezer(None, HookFailure::Abort, None);
+        f.freeze(None).await.unwrap();
+    }
+    let info = fx.dir.path().join("mountinfo");
+    std::fs::rename(&info, fx.dir.path().join("mountinfo.away")).unwrap();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    let e = f.thaw().await.unwrap_err();
+    assert!(matches!(e, FreezeError::Thaw { .. }), "{e}");
+    assert!(e.to_string().contains("failed to read"), "{e}");
+    assert_eq!(f.status(), "frozen");
+    assert!(fx.marker_exists());
+    std::fs::rename(fx.dir.path().join("mountinfo.away"), &info).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || !f.is_frozen()).await);
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn failed_freeze_whose_thaw_fails_stays_frozen() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    // /var/lib freezes, then / fails (reverse order): everything is thawed, but /var/lib refuses.
+    fx.ops.fail_freeze("/", OpError::Ioctl(Errno::EIO));
+    fx.ops.fail_thaw("/var/lib", Some(Errno::EIO));
+    let e = f.freeze(None).await.unwrap_err();
+    assert_eq!(e.to_string(), "failed to freeze /: Input/output error");
+    assert_eq!(f.status(), "frozen");
+    assert!(fx.marker_exists());
+    fx.ops.fail_thaw("/var/lib", None);
+    assert!(wait_for(Duration::from_secs(5), || !f.is_frozen()).await);
+    assert!(fx.ops.frozen().is_empty() && !fx.marker_exists());
+}
+
+#[tokio::test]
+async fn freeze_at_the_fd_limit_fails_and_thaws_what_it_froze() {
+    let fx = Fixture::new();
+    let f = fx.freezer(None, HookFailure::Abort, None);
+    // The first open works (/bind, reverse order), the next one hits EMFILE.
+    fx.ops
+        .open_errors
+        .lock()
+        .unwrap()
+        .insert("/var/lib".to_owned(), Errno::EMFILE);
+    let e = f.freeze(None).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to open /var/lib: Too many open files"
+    );
+    assert!(fx.ops.frozen().is_empty(), "{:?}", fx.ops.frozen());
+    assert!(!f.is_frozen() && !fx.marker_exists());
 }
 
 #[tokio::test]

@@ -106,6 +106,11 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
                 continue;
             }
         };
+        // Connections are closed by the closer threads, never here (see crate::closer).
+        let Some(guard) = crate::closer::ConnectionGuard::new(&stream) else {
+            crate::closer::close_stream(stream);
+            continue;
+        };
         if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
             tracing::warn!("too many session-socket connections, refusing one");
             continue;
@@ -120,6 +125,7 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
                 Err(e) => tracing::warn!(agent = id, "session agent refused: {e:#}"),
             }
             open.fetch_sub(1, Ordering::SeqCst);
+            drop(guard);
         });
     }
 }

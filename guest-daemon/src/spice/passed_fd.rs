@@ -5,8 +5,8 @@
 //! An agent is a local user's process, so what it passes is checked before use: only a memfd sealed against
 //! shrinking and writing, holding at least the announced length (at most [`MAX_CLIPBOARD_FD`]), is accepted —
 //! its content cannot change or vanish while the port gets it, and reading it never blocks. Anything else
-//! (a FIFO, a FUSE file, a device) is refused without being read, and closed on a blocking-pool thread, because
-//! closing some files (a FUSE file's flush) may wait on another process.
+//! (a FIFO, a FUSE file, a device) is refused without being read, and closed on the closer threads
+//! ([`crate::closer`]), because closing some files (a FUSE file's flush, a socket with SO_LINGER) may wait.
 
 use std::fs::File;
 use std::io;
@@ -57,11 +57,9 @@ pub fn clipboard_file(fd: OwnedFd, len: u64) -> Result<File, &'static str> {
     Ok(file)
 }
 
-/// Closes descriptors that failed the checks on a blocking-pool thread (see the module doc).
+/// Closes descriptors that failed the checks on the closer threads (see the module doc).
 pub fn close_in_background(fds: Vec<OwnedFd>) {
-    if !fds.is_empty() {
-        tokio::task::spawn_blocking(move || drop(fds));
-    }
+    crate::closer::close_fds(fds);
 }
 
 #[cfg(test)]
