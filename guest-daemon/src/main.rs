@@ -239,7 +239,12 @@ async fn run(
     let mut notified = false;
     loop {
         let activated = activation.is_some();
-        let opened = transport::open(&cfg.method, cfg.path.as_deref(), activation.take());
+        let opened = transport::open(
+            &cfg.method,
+            cfg.path.as_deref(),
+            activation.take(),
+            &cfg.guestlink.vsock_allow_cids,
+        );
         let mut channel = match opened {
             Ok(c) => c,
             Err(e) if cfg.retry_path => {
