@@ -141,6 +141,10 @@ pub struct Cli {
     /// guest-exec: maximum number of processes tracked at once (default 64).
     #[arg(long = "exec-max-processes", value_name = "N")]
     pub exec_max_processes: Option<usize>,
+    /// vsock-listen: peer CIDs allowed to connect, comma-separated or repeated (default 2, the host). CID 1 (local
+    /// loopback) and the guest's own CID are local users; CIDs >= 3 are nested VMs.
+    #[arg(long = "vsock-allow-cid", value_name = "CID", value_delimiter = ',')]
+    pub vsock_allow_cid: Vec<u32>,
     /// Stay in the foreground (the default; accepted for service files shared with other agents).
     #[arg(long = "foreground")]
     pub foreground: bool,

@@ -104,6 +104,8 @@ pub struct GuestlinkSettings {
     pub exec_max_processes: usize,
     /// Override of `guest-info`'s `version` (for clients that compare it with QEMU versions).
     pub info_version: Option<String>,
+    /// vsock-listen: the peer CIDs accepted (default: the host, CID 2, only).
+    pub vsock_allow_cids: Vec<u32>,
 }
 
 impl Default for GuestlinkSettings {
@@ -117,6 +119,7 @@ impl Default for GuestlinkSettings {
             exec_max_output: 16 * 1024 * 1024,
             exec_max_processes: 64,
             info_version: None,
+            vsock_allow_cids: vec![crate::transport::listen::VSOCK_CID_HOST],
         }
     }
 }
@@ -284,6 +287,9 @@ impl Config {
         g.file_mode = cli.file_mode.unwrap_or(g.file_mode);
         g.exec_max_output = cli.exec_max_output.unwrap_or(g.exec_max_output);
         g.exec_max_processes = cli.exec_max_processes.unwrap_or(g.exec_max_processes);
+        if !cli.vsock_allow_cid.is_empty() {
+            g.vsock_allow_cids.clone_from(&cli.vsock_allow_cid);
+        }
         if let Some(name) = &g.profile {
             if profile_commands(name).is_none() {
                 return Err(ConfigError::UnknownProfile(name.clone()));
@@ -344,6 +350,8 @@ impl Config {
         if let Some(v) = &g.info_version {
             kf.set_string(L, "info-version", v);
         }
+        let cids: Vec<String> = g.vsock_allow_cids.iter().map(u32::to_string).collect();
+        kf.set_string(L, "vsock-allow-cid", &cids.join(","));
         kf.to_data()
     }
 }
@@ -405,6 +413,17 @@ fn apply_guestlink_file(
     }
     if let Some(v) = kf.get_string(L, "info-version") {
         g.info_version = Some(v.to_owned());
+    }
+    if let Some(v) = kf.get_string(L, "vsock-allow-cid") {
+        g.vsock_allow_cids = v
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| c.parse::<u32>().map_err(|_| bad("vsock-allow-cid", v)))
+            .collect::<Result<_, _>>()?;
+        if g.vsock_allow_cids.is_empty() {
+            return Err(bad("vsock-allow-cid", v));
+        }
     }
     Ok(())
 }
@@ -596,5 +615,40 @@ mod tests {
             load(&["--profile", "nope"], None, None),
             Err(ConfigError::UnknownProfile(_))
         ));
+    }
+
+    #[test]
+    fn vsock_allow_cid_defaults_to_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            load(&[], None, None).unwrap().guestlink.vsock_allow_cids,
+            [2]
+        );
+        let gl = write(&dir, "gl", "[guestlink]\nvsock-allow-cid=2, 1\n");
+        assert_eq!(
+            load(&[], None, Some(&gl))
+                .unwrap()
+                .guestlink
+                .vsock_allow_cids,
+            [2, 1]
+        );
+        let cfg = load(
+            &["--vsock-allow-cid", "2,5", "--vsock-allow-cid", "7"],
+            None,
+            Some(&gl),
+        )
+        .unwrap();
+        assert_eq!(cfg.guestlink.vsock_allow_cids, [2, 5, 7]);
+        assert!(cfg.dump().contains("vsock-allow-cid=2,5,7\n"));
+        for bad in [
+            "[guestlink]\nvsock-allow-cid=host\n",
+            "[guestlink]\nvsock-allow-cid=\n",
+        ] {
+            let p = write(&dir, "bad", bad);
+            assert!(
+                matches!(load(&[], None, Some(&p)), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
     }
 }

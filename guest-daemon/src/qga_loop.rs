@@ -47,7 +47,12 @@ pub async fn serve<B: Backend>(
     let mut streamer = server::new_streamer();
     loop {
         let activated = activation.is_some();
-        let opened = transport::open(&cfg.method, cfg.path.as_deref(), activation.take());
+        let opened = transport::open(
+            &cfg.method,
+            cfg.path.as_deref(),
+            activation.take(),
+            &cfg.guestlink.vsock_allow_cids,
+        );
         let mut channel = match opened {
             Ok(c) => c,
             Err(e) if retry => {

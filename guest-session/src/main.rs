@@ -80,10 +80,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let Some(lock) = instance::acquire()? else {
-        tracing::info!(
-            lock = %instance::lock_path().display(),
-            "another guestlink-session runs for this user and display; exiting"
-        );
+        tracing::info!("another guestlink-session runs for this user and display; exiting");
         return Ok(());
     };
     tracing::debug!(lock = %lock.path().display(), "single-instance lock held");

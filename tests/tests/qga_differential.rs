@@ -58,6 +58,13 @@ fn corpus() -> Vec<(&'static str, Req, Cmp)> {
         ("get-users", j("guest-get-users", n.clone()), Shape),
         ("get-vcpus", j("guest-get-vcpus", n.clone()), Shape),
         ("get-fsinfo", j("guest-get-fsinfo", n.clone()), Shape),
+        // Windows-only: qemu-ga 7.2 on Linux answers with its disabled stub, arguments unchecked.
+        ("get-devices", j("guest-get-devices", n.clone()), Exact),
+        (
+            "get-devices-args",
+            j("guest-get-devices", json!({"bogus": 1})),
+            Exact,
+        ),
         ("get-disks", j("guest-get-disks", n.clone()), Shape),
         (
             "network-get-interfaces",

@@ -306,18 +306,29 @@ fn vm_libvirt_virsh() {
         "hostname            : guestlink-vm",
         "os.id               : guestlink-vm",
         &format!("os.kernel-release   : {uname}"),
-        "fs.count            : 2",
+        "fs.count            : 3",
         "timezone.offset",
     ] {
         assert!(gi.contains(want), "guestinfo lacks {want:?}:\n{gi}");
     }
     let fsinfo = virsh_ok(&["domfsinfo", &name]);
-    assert!(
-        fsinfo.lines().any(
-            |l| l.split_whitespace().collect::<Vec<_>>() == ["/mnt/data", "vda", "ext4", "vda"]
-        ),
-        "domfsinfo:\n{fsinfo}"
-    );
+    // Three entries, the bind mount /mnt/bind of /mnt/data included, as with qemu-ga.
+    let rows: Vec<Vec<&str>> = fsinfo
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.first().is_some_and(|m| m.starts_with('/')))
+        .collect();
+    assert_eq!(rows.len(), 3, "domfsinfo:\n{fsinfo}");
+    for want in [
+        ["/mnt/data", "vda", "ext4", "vda"],
+        ["/mnt/data2", "vdb", "ext4", "vdb"],
+        ["/mnt/bind", "vda", "ext4", "vda"],
+    ] {
+        assert!(
+            rows.iter().any(|r| r[..] == want[..]),
+            "domfsinfo lacks {want:?}:\n{fsinfo}"
+        );
+    }
     let t = virsh_ok(&["domtime", &name]);
     let guest_s: i64 = t
         .trim()

@@ -4,7 +4,9 @@
 //! and `vm_freeze_lifecycle` (real FIFREEZE of the guest's ext4 disks observed through a writer process, hooks,
 //! frozen allow-list, restarts while frozen, auto-thaw, a thaw with no descriptor left). The agent is guestlinkd
 //! from the target dir; set `GUESTLINK_VM_AGENT=qemu-ga` to run the same checks against Debian's qemu-ga
-//! (guestlinkd-only steps are skipped then). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
+//! (guestlinkd-only steps are skipped then). `vm_fs_lists_match_qemu_ga` boots one more VM per agent and compares
+//! guest-get-fsinfo and guest-fstrim of guestlinkd with Debian's qemu-ga on the same guest (with its bind mount
+//! `/mnt/bind`). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
 #![forbid(unsafe_code)]
 
 #[path = "../vm/harness.rs"]
@@ -154,7 +156,23 @@ fn vm_agent_protocol() {
     assert_eq!(q.ok("guest-fsfreeze-status", None), "thawed");
 
     let fsinfo = q.ok("guest-get-fsinfo", None);
-    for (mp, dev) in [("/mnt/data", "/dev/vda"), ("/mnt/data2", "/dev/vdb")] {
+    // /mnt/bind is a bind mount of /mnt/data (tests/vm/guest/init): listed like qemu-ga does.
+    let mounts: Vec<&str> = fsinfo
+        .as_array()
+        .expect("fsinfo")
+        .iter()
+        .filter_map(|e| e["mountpoint"].as_str())
+        .collect();
+    assert_eq!(
+        mounts,
+        ["/mnt/bind", "/mnt/data2", "/mnt/data"],
+        "reverse mount order, bind mount included: {fsinfo}"
+    );
+    for (mp, dev) in [
+        ("/mnt/data", "/dev/vda"),
+        ("/mnt/data2", "/dev/vdb"),
+        ("/mnt/bind", "/dev/vda"),
+    ] {
         let e = fs_entry(&fsinfo, mp);
         assert_eq!(e["type"], "ext4", "{e}");
         assert!(
@@ -590,4 +608,77 @@ fn vm_freeze_lifecycle() {
     }
     vm.guest_ok(&format!("prlimit --pid {pid} --nofile=1024:1024"));
     assert_eq!(q.ok("guest-ping", None), json!({}));
+}
+
+/// guest-get-fsinfo without the values that move while the guest writer runs (`used-bytes`) and without
+/// `total-bytes-privileged` (QEMU 9.1; Debian's qemu-ga 7.2 predates it).
+fn comparable_fsinfo(v: &Value) -> Value {
+    let mut v = v.clone();
+    for e in v.as_array_mut().expect("fsinfo is an array") {
+        let o = e.as_object_mut().expect("fsinfo entry");
+        o.remove("used-bytes");
+        o.remove("total-bytes-privileged");
+    }
+    v
+}
+
+/// guest-fstrim with each `trimmed` count replaced by `true` (how much is free to trim depends on the writer).
+fn comparable_fstrim(v: &Value) -> Value {
+    let mut v = v.clone();
+    for e in v["paths"].as_array_mut().expect("fstrim paths") {
+        if let Some(t) = e.get_mut("trimmed") {
+            *t = json!(true);
+        }
+    }
+    v
+}
+
+/// The agent's guest-get-fsinfo and guest-fstrim in a freshly booted VM.
+fn fs_lists(vm: &mut Vm) -> (Value, Value) {
+    vm.wait_agent_port_open();
+    let mut q = vm.qga();
+    let fsinfo = q.ok("guest-get-fsinfo", None);
+    let fstrim = q.ok("guest-fstrim", None);
+    (fsinfo, fstrim)
+}
+
+#[test]
+fn vm_fs_lists_match_qemu_ga() {
+    let Some(env) = harness::gate("vm_fs_lists_match_qemu_ga") else {
+        return;
+    };
+    if env.kind == AgentKind::QemuGa {
+        eprintln!("[vm] GUESTLINK_VM_AGENT=qemu-ga: nothing to compare qemu-ga with, skipped");
+        return;
+    }
+    let Some(reference) = harness::qemu_ga_env(&env) else {
+        return;
+    };
+    step(
+        "boot the same guest (bind mount /mnt/data on /mnt/bind) with guestlinkd and with qemu-ga",
+    );
+    let mut ours = Vm::boot(&env, "");
+    let mut theirs = Vm::boot(&reference, "");
+    let (fsinfo, fstrim) = fs_lists(&mut ours);
+    let (ref_fsinfo, ref_fstrim) = fs_lists(&mut theirs);
+    eprintln!("[vm] qemu-ga fsinfo: {ref_fsinfo}\n[vm] qemu-ga fstrim: {ref_fstrim}");
+    assert_eq!(
+        ref_fsinfo.as_array().map(Vec::len),
+        Some(3),
+        "qemu-ga lists the bind mount too: {ref_fsinfo}"
+    );
+    step(
+        "guest-get-fsinfo and guest-fstrim are the same value, entry for entry, in the same order",
+    );
+    assert_eq!(comparable_fsinfo(&fsinfo), comparable_fsinfo(&ref_fsinfo));
+    assert_eq!(comparable_fstrim(&fstrim), comparable_fstrim(&ref_fstrim));
+    let paths: Vec<&str> = fstrim["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .collect();
+    assert_eq!(paths, ["/mnt/bind", "/mnt/data2", "/mnt/data"], "{fstrim}");
+    ours.stop();
+    theirs.stop();
 }

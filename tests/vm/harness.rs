@@ -122,6 +122,34 @@ pub fn gate(test: &str) -> Option<VmEnv> {
     None
 }
 
+/// The same VM environment with Debian's qemu-ga as the agent, for side-by-side comparisons; `None` after a
+/// loud SKIP when qemu-ga is not installed (a panic under `GUESTLINK_REQUIRE_VM=1` or `GUESTLINK_REQUIRE_PEERS`).
+pub fn qemu_ga_env(env: &VmEnv) -> Option<VmEnv> {
+    let found = ["/usr/sbin/qemu-ga", "/usr/bin/qemu-ga"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file());
+    match found {
+        Some(agent) => Some(VmEnv {
+            agent,
+            kind: AgentKind::QemuGa,
+            vm_dir: env.vm_dir.clone(),
+        }),
+        None => {
+            let required = std::env::var("GUESTLINK_REQUIRE_VM").as_deref() == Ok("1")
+                || std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_some();
+            assert!(
+                !required,
+                "qemu-ga is not installed (apt-get install qemu-guest-agent)"
+            );
+            eprintln!(
+                "\n*** SKIP: qemu-ga is not installed (apt-get install qemu-guest-agent) ***\n"
+            );
+            None
+        }
+    }
+}
+
 /// Builds (or reuses) the initramfs for `env.agent`.
 pub fn initramfs(env: &VmEnv) -> PathBuf {
     let out = Command::new(env.vm_dir.join("build-initramfs"))

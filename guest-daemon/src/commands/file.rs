@@ -66,29 +66,14 @@ pub fn parse_state(text: &str) -> Option<i64> {
     None
 }
 
-/// Writes qga.state atomically (temp file + rename), like `g_file_set_contents`.
+/// Writes qga.state atomically (a fresh temp file with a random name, then rename), like `g_file_set_contents`:
+/// see [`crate::state::write_atomic`].
 pub fn write_state(path: &Path, counter: i64) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "qga.state".to_owned());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let res = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(format!("[global]\nfd_counter={counter}\n").as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
+    crate::state::write_atomic(
+        path,
+        format!("[global]\nfd_counter={counter}\n").as_bytes(),
+        0o600,
+    )
 }
 
 /// The open(2) options for an fopen() mode string, or `None` when qemu-ga rejects it.
@@ -196,6 +181,29 @@ impl FileTable {
         })
     }
 
+    /// The umask may have removed bits of the configured mode at creation (e.g. `--file-mode 0666`, qemu-ga's
+    /// mode, under the usual 022): add exactly those back with fchmod, so the file ends with the configured mode
+    /// whatever the umask. This only ever widens towards the configured mode, never beyond it.
+    fn widen_to_file_mode(&self, f: &File) -> CommandResult<()> {
+        let created = f
+            .metadata()
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0);
+        if created == self.file_mode {
+            return Ok(());
+        }
+        f.set_permissions(Permissions::from_mode(self.file_mode))
+            .map_err(|e| {
+                CommandError::io(
+                    format!(
+                        "failed to set permission 0{:03o} on new file",
+                        self.file_mode
+                    ),
+                    &e,
+                )
+            })
+    }
+
     /// Number of open handles.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -219,19 +227,20 @@ impl FileTable {
             CommandError::io(format!("failed to open file '{path}' (mode: '{mode}')"), e)
         };
         let file = if creates {
-            match opts.clone().create_new(true).open(path) {
+            // The file is created with the configured mode by open(2) itself, so it is never, even for an
+            // instant, more accessible than that mode (creating it with the default 0666 & ~umask and fchmod-ing
+            // afterwards let a watcher in a shared directory open it in between: CVE-2013-2007's class).
+            match opts
+                .clone()
+                .create_new(true)
+                .mode(self.file_mode)
+                .open(path)
+            {
                 Ok(f) => {
-                    // fchmod ignores the umask: the configured mode is exactly what the file gets.
-                    if let Err(e) = f.set_permissions(Permissions::from_mode(self.file_mode)) {
+                    if let Err(e) = self.widen_to_file_mode(&f) {
                         drop(f);
                         let _ = std::fs::remove_file(path);
-                        return Err(CommandError::io(
-                            format!(
-                                "failed to set permission 0{:03o} on new file '{path}' (mode: '{mode}')",
-                                self.file_mode
-                            ),
-                            &e,
-                        ));
+                        return Err(e);
                     }
                     f
                 }

@@ -13,18 +13,11 @@ use super::error::{CommandError, CommandResult};
 use crate::freeze::mounts::Mount;
 
 /// Parses mountinfo text into the list qemu-ga freezes/trims/reports: block devices (major ≠ 0, or btrfs whose
-/// source is a block device, see [`crate::freeze::mounts`]), the first mount of each device only.
+/// source is a block device, see [`crate::freeze::mounts`]), one entry per mountinfo line. Like qemu-ga's
+/// `build_fs_mount_list` (qga/commands-linux.c), nothing is deduplicated: a bind mount, or a second mount of the
+/// same device, is listed (and trimmed) under each of its mountpoints.
 pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    let mut mounts: Vec<Mount> = Vec::new();
-    for m in crate::freeze::mounts::parse_mountinfo(text, &crate::freeze::mounts::block_dev_of) {
-        if !mounts
-            .iter()
-            .any(|o| (o.devmajor, o.devminor) == (m.devmajor, m.devminor))
-        {
-            mounts.push(m);
-        }
-    }
-    mounts
+    crate::freeze::mounts::parse_mountinfo(text, &crate::freeze::mounts::block_dev_of)
 }
 
 /// The mount list of this process.
@@ -387,10 +380,11 @@ mod tests {
     fn mountinfo_fixture() {
         let m = parse_mountinfo(MOUNTINFO);
         let dirs: Vec<&str> = m.iter().map(|m| m.dirname.as_str()).collect();
-        // proc/tmpfs skipped, bind mount of 8:1 deduplicated
-        assert_eq!(dirs, ["/", "/var", "/mnt/a\\b"]);
-        assert_eq!(m[1].devtype, "xfs");
-        assert_eq!((m[1].devmajor, m[1].devminor), (253, 0));
+        // proc/tmpfs skipped; the bind mount of 8:1 on /home dir is kept, like qemu-ga
+        assert_eq!(dirs, ["/", "/home dir", "/var", "/mnt/a\\b"]);
+        assert_eq!((m[1].devmajor, m[1].devminor), (8, 1));
+        assert_eq!(m[2].devtype, "xfs");
+        assert_eq!((m[2].devmajor, m[2].devminor), (253, 0));
         assert_eq!(decode_mntname("a\\040b\\\\c\\9"), "a b\\c\\9");
     }
 

@@ -71,16 +71,16 @@ impl<B: Backend> Dispatcher<B> {
         }
     }
 
-    /// `guest-info`: every command of the schema that exists on Linux, in qemu-ga's (reversed) order.
+    /// `guest-info`: every command of the schema, in qemu-ga's (reversed) order. Commands qemu-ga does not
+    /// implement on Linux (guest-get-devices) are listed disabled, as qemu-ga 7.2 does.
     pub fn guest_info(&self) -> Value {
         let frozen = self.freezer.is_frozen();
         let cmds: Vec<Value> = COMMANDS
             .iter()
             .rev()
-            .filter(|c| c.linux)
             .map(|c| {
                 json!({
-                    "enabled": self.policy.is_enabled(c.name, frozen),
+                    "enabled": c.linux && self.policy.is_enabled(c.name, frozen),
                     "name": c.name,
                     "success-response": c.success_response,
                 })
@@ -97,10 +97,18 @@ impl<B: Backend> Dispatcher<B> {
         };
         let id = req.id.clone();
         let name = req.execute.as_str();
-        // Commands qemu-ga doesn't build for Linux (guest-get-devices) don't exist here (QEMU >= 9.1 behaviour).
-        if !find_command(name).is_some_and(|c| c.linux) {
+        let Some(spec) = find_command(name) else {
             tracing::debug!(command = name, "unknown command");
             return Some(Response::Reply(Reply::err(id, QgaError::not_found(name))));
+        };
+        // Commands qemu-ga has no Linux implementation of (guest-get-devices) are stubs it disables at start:
+        // "Command guest-get-devices has been disabled", before any argument check (qemu-ga 7.2, measured).
+        if !spec.linux {
+            tracing::debug!(command = name, "not implemented on Linux: disabled");
+            return Some(Response::Reply(Reply::err(
+                id,
+                QgaError::disabled(name, None),
+            )));
         }
         if let Err(e) = self.policy.check(name, self.freezer.is_frozen()) {
             tracing::debug!(command = name, "refused: {}", e.desc);

@@ -4,17 +4,21 @@
 //! The JSON parser state belongs to the core and deliberately survives a client change, exactly like qemu-ga: a
 //! partial request left by one client is completed by the next one's bytes — clients reset it with a 0xFF byte
 //! (guest-sync-delimited protocol).
+//!
+//! A vsock listener only keeps clients whose peer CID its [`PeerFilter`] allows (default: the host, CID 2): with
+//! `vsock_loopback` loaded, any local user could otherwise reach the root command set through CID 1.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    bind, getsockname, listen, socket, AddressFamily, Backlog, SockFlag, SockType, SockaddrLike,
-    SockaddrStorage, VsockAddr,
+    bind, getpeername, getsockname, listen, socket, AddressFamily, Backlog, SockFlag, SockType,
+    SockaddrLike, SockaddrStorage, VsockAddr,
 };
 use tokio::io::unix::AsyncFd;
 
@@ -22,11 +26,87 @@ use super::TransportError;
 
 /// systemd's first passed descriptor (`SD_LISTEN_FDS_START`).
 pub const LISTEN_FDS_START: i32 = 3;
+/// `VMADDR_CID_HOST`: connections from the hypervisor side.
+pub const VSOCK_CID_HOST: u32 = 2;
+/// At most one "refused vsock peer" warning per this interval (the rest are counted).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Which vsock peers may become the client: an allow-list of CIDs (`--vsock-allow-cid`, default `[2]`).
+#[derive(Debug, Clone)]
+pub struct PeerFilter {
+    allowed: Vec<u32>,
+    last_log: Option<Instant>,
+    suppressed: u64,
+}
+
+/// Why a vsock connection was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The peer's CID is not in the allow-list.
+    Cid(u32),
+    /// The peer address is not a vsock address (or could not be read).
+    NotVsock,
+}
+
+impl PeerFilter {
+    /// A filter allowing `cids` (an empty list falls back to the host only).
+    pub fn new(cids: &[u32]) -> Self {
+        let allowed = if cids.is_empty() {
+            vec![VSOCK_CID_HOST]
+        } else {
+            cids.to_vec()
+        };
+        PeerFilter {
+            allowed,
+            last_log: None,
+            suppressed: 0,
+        }
+    }
+
+    /// Checks a vsock peer address (from `getpeername` on the accepted socket; `None` when it is not a vsock
+    /// address or could not be read).
+    pub fn check(&self, peer: Option<&VsockAddr>) -> Result<(), Refusal> {
+        let cid = peer.map(VsockAddr::cid).ok_or(Refusal::NotVsock)?;
+        if self.allowed.contains(&cid) {
+            Ok(())
+        } else {
+            Err(Refusal::Cid(cid))
+        }
+    }
+
+    /// Checks an accepted vsock socket; a refusal is logged at most once per [`REFUSAL_LOG_INTERVAL`], so a local
+    /// user cannot flood the log by reconnecting.
+    fn admit(&mut self, fd: &OwnedFd) -> bool {
+        let peer = getpeername::<SockaddrStorage>(fd.as_raw_fd())
+            .ok()
+            .and_then(|a| a.as_vsock_addr().copied());
+        let Err(why) = self.check(peer.as_ref()) else {
+            return true;
+        };
+        let now = Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                refusal = ?why,
+                allowed = ?self.allowed,
+                suppressed = self.suppressed,
+                "vsock connection refused: peer CID not allowed (--vsock-allow-cid)"
+            );
+            self.last_log = Some(now);
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+        false
+    }
+}
 
 #[derive(Debug)]
 enum Listener {
     Unix(AsyncFd<UnixListener>),
-    Vsock(AsyncFd<OwnedFd>),
+    Vsock(AsyncFd<OwnedFd>, PeerFilter),
 }
 
 /// A listening socket and its current client.
@@ -91,8 +171,8 @@ impl Listen {
         })
     }
 
-    /// Listen on vsock `cid:port` (backlog 1).
-    pub fn vsock(cid: u32, port: u32) -> Result<Listen, TransportError> {
+    /// Listen on vsock `cid:port` (backlog 1), keeping only peers that `filter` allows.
+    pub fn vsock(cid: u32, port: u32, filter: PeerFilter) -> Result<Listen, TransportError> {
         let open_err = |e: Errno| TransportError::Open {
             path: format!("vsock:{cid}:{port}"),
             source: io::Error::from(e),
@@ -107,19 +187,21 @@ impl Listen {
         bind(fd.as_raw_fd(), &VsockAddr::new(cid, port)).map_err(open_err)?;
         listen(&fd, Backlog::new(1).map_err(open_err)?).map_err(open_err)?;
         Ok(Listen {
-            listener: Listener::Vsock(crate::sys::async_fd(fd).map_err(|e| {
-                TransportError::Open {
+            listener: Listener::Vsock(
+                crate::sys::async_fd(fd).map_err(|e| TransportError::Open {
                     path: format!("vsock:{cid}:{port}"),
                     source: e,
-                }
-            })?),
+                })?,
+                filter,
+            ),
             client: None,
             created: None,
         })
     }
 
-    /// Serve a socket passed by systemd; unix-listen or vsock-listen is chosen from its address family.
-    pub fn from_activation(fd: OwnedFd) -> Result<Listen, TransportError> {
+    /// Serve a socket passed by systemd; unix-listen or vsock-listen is chosen from its address family (a vsock
+    /// one keeps only peers that `filter` allows).
+    pub fn from_activation(fd: OwnedFd, filter: PeerFilter) -> Result<Listen, TransportError> {
         let addr: SockaddrStorage = getsockname(fd.as_raw_fd())
             .map_err(|e| TransportError::Activation(format!("getsockname: {e}")))?;
         let nb = |e: io::Error| TransportError::Activation(e.to_string());
@@ -142,7 +224,7 @@ impl Listen {
                 .map_err(|e| TransportError::Activation(e.to_string()))?;
                 tracing::info!("socket activation: vsock-listen");
                 Ok(Listen {
-                    listener: Listener::Vsock(crate::sys::async_fd(fd).map_err(nb)?),
+                    listener: Listener::Vsock(crate::sys::async_fd(fd).map_err(nb)?, filter),
                     client: None,
                     created: None,
                 })
@@ -153,8 +235,8 @@ impl Listen {
         }
     }
 
-    async fn accept(&self) -> io::Result<OwnedFd> {
-        match &self.listener {
+    async fn accept(&mut self) -> io::Result<OwnedFd> {
+        match &mut self.listener {
             Listener::Unix(l) => loop {
                 let mut guard = l.readable().await?;
                 match guard.try_io(|inner| inner.get_ref().accept()) {
@@ -166,11 +248,13 @@ impl Listen {
                     Err(_would_block) => continue,
                 }
             },
-            Listener::Vsock(l) => loop {
+            Listener::Vsock(l, filter) => loop {
                 let mut guard = l.readable().await?;
                 match guard.try_io(|inner| {
                     crate::sys::accept_nonblocking(inner.get_ref().as_fd()).map_err(io::Error::from)
                 }) {
+                    // A refused peer is closed at once (dropped) and the next one awaited.
+                    Ok(Ok(fd)) if !filter.admit(&fd) => continue,
                     Ok(r) => return r,
                     Err(_would_block) => continue,
                 }
@@ -292,6 +376,27 @@ mod tests {
     }
 
     #[test]
+    fn vsock_filter_admits_only_allowed_cids() {
+        let peer = |cid| Some(VsockAddr::new(cid, 1234));
+        let host_only = PeerFilter::new(&[]);
+        assert_eq!(host_only.check(peer(2).as_ref()), Ok(()));
+        // CID 1 is VMADDR_CID_LOCAL (vsock_loopback): a local user of the guest.
+        assert_eq!(host_only.check(peer(1).as_ref()), Err(Refusal::Cid(1)));
+        // The guest's own CID (loopback through the guest transport) and nested VMs.
+        assert_eq!(host_only.check(peer(3).as_ref()), Err(Refusal::Cid(3)));
+        assert_eq!(
+            host_only.check(peer(u32::MAX).as_ref()),
+            Err(Refusal::Cid(u32::MAX))
+        );
+        // No (vsock) peer address: refused.
+        assert_eq!(host_only.check(None), Err(Refusal::NotVsock));
+        // --vsock-allow-cid 2,1 opts in to local peers.
+        let with_local = PeerFilter::new(&[2, 1]);
+        assert_eq!(with_local.check(peer(1).as_ref()), Ok(()));
+        assert_eq!(with_local.check(peer(7).as_ref()), Err(Refusal::Cid(7)));
+    }
+
+    #[test]
     fn activation_env_rules() {
         let none = |_: &str| None;
         assert!(activation_fd(&none).unwrap().is_none());
@@ -315,7 +420,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("act");
         let l = UnixListener::bind(&path).unwrap();
-        let mut listen = Listen::from_activation(OwnedFd::from(l)).unwrap();
+        let mut listen = Listen::from_activation(OwnedFd::from(l), PeerFilter::new(&[])).unwrap();
         let p2 = path.clone();
         let t = std::thread::spawn(move || {
             let mut s = std::os::unix::net::UnixStream::connect(&p2).unwrap();

@@ -90,13 +90,18 @@ pub fn parse_vsock_addr(s: &str) -> Result<(u32, u32), TransportError> {
 }
 
 /// Open the channel for `method`/`path` (the socket-activation fd, when given, wins like in qemu-ga).
+/// `vsock_allow` lists the peer CIDs a vsock listener accepts (see [`listen::PeerFilter`]).
 pub fn open(
     method: &str,
     path: Option<&str>,
     activation: Option<std::os::fd::OwnedFd>,
+    vsock_allow: &[u32],
 ) -> Result<Channel, TransportError> {
+    let filter = listen::PeerFilter::new(vsock_allow);
     if let Some(fd) = activation {
-        return Ok(Channel::Listen(listen::Listen::from_activation(fd)?));
+        return Ok(Channel::Listen(listen::Listen::from_activation(
+            fd, filter,
+        )?));
     }
     match method {
         "virtio-serial" | "isa-serial" => {
@@ -113,7 +118,7 @@ pub fn open(
         "vsock-listen" => {
             let path = path.ok_or(TransportError::MissingPath("vsock-listen"))?;
             let (cid, port) = parse_vsock_addr(path)?;
-            Ok(Channel::Listen(listen::Listen::vsock(cid, port)?))
+            Ok(Channel::Listen(listen::Listen::vsock(cid, port, filter)?))
         }
         other => Err(TransportError::BadMethod(other.to_owned())),
     }
@@ -134,11 +139,11 @@ mod tests {
     #[test]
     fn bad_method() {
         assert!(matches!(
-            open("carrier-pigeon", Some("/x"), None),
+            open("carrier-pigeon", Some("/x"), None, &[]),
             Err(TransportError::BadMethod(_))
         ));
         assert!(matches!(
-            open("unix-listen", None, None),
+            open("unix-listen", None, None, &[]),
             Err(TransportError::MissingPath(_))
         ));
     }

@@ -114,6 +114,10 @@ pub enum FileNameError {
     /// The name contains a control character (U+0000..U+001F or U+007F).
     #[error("File name contains a control character")]
     Control,
+    /// The name contains an invisible formatting character (bidi override/embedding/isolate, directional mark,
+    /// zero-width space, line/paragraph separator…): it could make `evil\u{202E}txt.exe` display as `evilexe.txt`.
+    #[error("File name contains the invisible formatting character U+{:04X}", u32::from(*.0))]
+    InvisibleFormat(char),
     /// The name is longer than 255 bytes.
     #[error("File name is {0} bytes long (maximum 255)")]
     TooLong(usize),

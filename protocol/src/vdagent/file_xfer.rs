@@ -245,9 +245,10 @@ impl FileXferData {
 
 /// Checks that `name` is one safe relative path component to create under the download directory.
 ///
-/// Refused: empty, `.`, `..`, any `/` (absolute or nested paths), `\`, NUL, other control characters, and names
-/// longer than [`MAX_FILE_NAME_LEN`] bytes. Hidden names (`.hidden`) and shell metacharacters are fine: the name
-/// is never passed to a shell.
+/// Refused: empty, `.`, `..`, any `/` (absolute or nested paths), `\`, NUL, other control characters, invisible
+/// formatting characters ([`is_invisible_format`]: bidi controls and friends, which let a name display as
+/// something it is not), and names longer than [`MAX_FILE_NAME_LEN`] bytes. Hidden names (`.hidden`) and shell
+/// metacharacters are fine: the name is never passed to a shell.
 pub fn validate_file_name(name: &str) -> Result<(), FileNameError> {
     if name.is_empty() {
         return Err(FileNameError::Empty);
@@ -264,8 +265,71 @@ pub fn validate_file_name(name: &str) -> Result<(), FileNameError> {
             '\\' => return Err(FileNameError::Backslash),
             '\0' => return Err(FileNameError::Nul),
             c if c.is_control() => return Err(FileNameError::Control),
+            c if is_invisible_format(c) => return Err(FileNameError::InvisibleFormat(c)),
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Whether `c` is an invisible formatting character refused in file names: the bidi embeddings and overrides
+/// (U+202A–U+202E), isolates (U+2066–U+2069) and marks (U+200E, U+200F, U+061C), the zero-width space and word
+/// joiner family (U+200B, U+2060–U+2064, U+FEFF, U+180E), the deprecated format characters U+206A–U+206F, the
+/// line and paragraph separators (U+2028, U+2029) and the interlinear annotation marks (U+FFF9–U+FFFB).
+///
+/// ZWNJ and ZWJ (U+200C, U+200D) stay allowed: Persian, Indic scripts and emoji sequences need them, and they
+/// cannot reorder text.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bidi_and_invisible_format_characters_are_refused() {
+        // The classic disguise: "invoice\u{202E}fdp.exe" renders as "invoiceexe.pdf".
+        for c in [
+            '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
+            '\u{2068}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}', '\u{200B}', '\u{2060}',
+            '\u{FEFF}', '\u{2028}', '\u{2029}', '\u{180E}', '\u{206A}', '\u{FFF9}',
+        ] {
+            let name = format!("invoice{c}fdp.exe");
+            assert_eq!(
+                validate_file_name(&name),
+                Err(FileNameError::InvisibleFormat(c)),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+        assert_eq!(
+            FileNameError::InvisibleFormat('\u{202E}').to_string(),
+            "File name contains the invisible formatting character U+202E"
+        );
+        // Joiners that real scripts and emoji need stay valid, and so do ordinary RTL letters.
+        for ok in [
+            "\u{645}\u{6CC}\u{200C}\u{62E}\u{648}\u{627}\u{647}\u{645}.txt",
+            "\u{1F468}\u{200D}\u{1F469}.png",
+            "\u{5E9}\u{5DC}\u{5D5}\u{5DD}.txt",
+        ] {
+            assert_eq!(validate_file_name(ok), Ok(()), "{ok:?}");
+        }
+        // Neighbours of the refused ranges are ordinary characters.
+        for c in ['\u{2027}', '\u{202F}', '\u{2065}', '\u{2070}', '\u{FFFC}'] {
+            assert!(!is_invisible_format(c), "U+{:04X}", u32::from(c));
+        }
+    }
 }

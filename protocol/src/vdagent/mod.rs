@@ -35,7 +35,8 @@ pub use display::{
 };
 pub use error::{FileNameError, VdagentError};
 pub use file_xfer::{
-    validate_file_name, FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus,
+    is_invisible_format, validate_file_name, FileXferData, FileXferDetail, FileXferResult,
+    FileXferStart, FileXferStatus,
 };
 pub use header::{ChunkHeader, MessageHeader, MessageType, Port};
 pub use message::{Message, RawMessage, ReplyResult, WireFormat};
