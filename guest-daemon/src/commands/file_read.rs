@@ -198,6 +198,11 @@ mod tests {
         assert_eq!(pre, expect);
         let empty = fr(b"", true);
         assert_eq!(empty.b64_chunks(4096).count(), 0);
+        // A large requested piece size is capped, and the capped pieces still concatenate to the whole text.
+        let big = fr(&data, true);
+        let pieces: Vec<String> = big.b64_chunks(3 << 20).collect();
+        assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= B64_PIECE));
+        assert_eq!(pieces.concat(), B64.encode(&data));
         assert_eq!(
             empty.into_value(),
             json!({"count": 0, "buf-b64": "", "eof": true})
