@@ -13,10 +13,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use tracing_subscriber::Layer;
 
 /// Most bytes of log kept in memory while frozen; older lines are dropped (and counted) beyond it.
 pub const FROZEN_BUFFER_BYTES: usize = 1 << 20;
@@ -197,14 +198,24 @@ pub fn set_frozen(frozen: bool) {
     }
 }
 
-/// Install the global subscriber. `verbose` = debug level; `GUESTLINK_LOG` (an `EnvFilter` directive) overrides.
+/// The level filter: `GUESTLINK_LOG` (`level` or `target=level`, comma-separated) when it is set and valid, else
+/// debug with `verbose` and info without. A `Targets` filter, not an `EnvFilter`: no regex engine in the daemon.
+fn filter(verbose: bool, spec: Option<&str>) -> Targets {
+    let default = if verbose {
+        LevelFilter::DEBUG
+    } else {
+        LevelFilter::INFO
+    };
+    spec.and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(default))
+}
+
+/// Install the global subscriber. `verbose` = debug level; `GUESTLINK_LOG` overrides (see [`filter`]).
 pub fn init(logfile: Option<PathBuf>, verbose: bool, start_frozen: bool) {
     let sink = Arc::new(Sink::new(logfile.clone()));
     sink.set_frozen(start_frozen);
     let _ = SINK.set(Arc::clone(&sink));
-    let default = if verbose { "debug" } else { "info" };
-    let filter =
-        EnvFilter::try_from_env("GUESTLINK_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let filter = filter(verbose, std::env::var("GUESTLINK_LOG").ok().as_deref());
     let journald = if logfile.is_none() && std::env::var_os("JOURNAL_STREAM").is_some() {
         tracing_journald::layer().ok()
     } else {
@@ -241,6 +252,24 @@ pub fn init(logfile: Option<PathBuf>, verbose: bool, start_frozen: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn guestlink_log_sets_levels_per_target_and_falls_back_when_invalid() {
+        let f = filter(false, Some("guestlinkd=trace,zbus=warn"));
+        assert!(f.would_enable("guestlinkd::server", &Level::TRACE));
+        assert!(!f.would_enable("zbus::conn", &Level::INFO));
+        assert!(f.would_enable("zbus::conn", &Level::WARN));
+        let f = filter(false, Some("debug"));
+        assert!(f.would_enable("guestlinkd", &Level::DEBUG));
+        assert!(!f.would_enable("guestlinkd", &Level::TRACE));
+        for (verbose, spec) in [(false, None), (false, Some("guestlinkd=nonsense"))] {
+            let f = filter(verbose, spec);
+            assert!(f.would_enable("guestlinkd", &Level::INFO));
+            assert!(!f.would_enable("guestlinkd", &Level::DEBUG));
+        }
+        assert!(filter(true, None).would_enable("guestlinkd", &Level::DEBUG));
+    }
 
     #[test]
     fn frozen_lines_are_buffered_then_flushed_to_the_deferred_file() {

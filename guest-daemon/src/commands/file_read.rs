@@ -30,6 +30,12 @@ pub struct FileRead {
 /// Answers with at most this many bytes are encoded whole by [`FileRead::reply_parts`].
 pub const INLINE_REPLY: usize = 48 * 1024;
 
+/// Most base64 text per piece of a streamed answer. Small enough that the encoder's output buffer stays in the
+/// CPU cache until the socket write copies it out (and comes from the heap, not a fresh zeroed mapping): with 4 MiB
+/// pieces, zeroing, UTF-8-checking and copying the cold buffer cost about a fifth of the agent's CPU per 48 MiB
+/// read (docs/BENCHMARKS.md, "Where guest-file-read's CPU goes").
+pub const B64_PIECE: usize = 64 * 1024;
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 impl FileRead {
@@ -87,10 +93,10 @@ impl FileRead {
         }
     }
 
-    /// The base64 text in pieces of about `chunk` bytes (a multiple of 4, except the last); nothing when
-    /// [`FileRead::reply_parts`] already inlined it (small answers).
+    /// The base64 text in pieces of about `chunk` bytes, at most [`B64_PIECE`] (a multiple of 4, except the last);
+    /// nothing when [`FileRead::reply_parts`] already inlined it (small answers).
     pub fn b64_chunks(&self, chunk: usize) -> impl Iterator<Item = String> + '_ {
-        let raw = (chunk / 4).max(1) * 3;
+        let raw = (chunk.min(B64_PIECE) / 4).max(1) * 3;
         let data: &[u8] = if self.data.len() <= INLINE_REPLY {
             &[]
         } else {
@@ -192,6 +198,11 @@ mod tests {
         assert_eq!(pre, expect);
         let empty = fr(b"", true);
         assert_eq!(empty.b64_chunks(4096).count(), 0);
+        // A large requested piece size is capped, and the capped pieces still concatenate to the whole text.
+        let big = fr(&data, true);
+        let pieces: Vec<String> = big.b64_chunks(3 << 20).collect();
+        assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= B64_PIECE));
+        assert_eq!(pieces.concat(), B64.encode(&data));
         assert_eq!(
             empty.into_value(),
             json!({"count": 0, "buf-b64": "", "eof": true})
