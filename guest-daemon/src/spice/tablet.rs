@@ -155,7 +155,7 @@ impl Tablet {
         }
         self.buttons = buttons;
         if let Err(e) = self.emit(&events) {
-            tracing::warn!("tablet: {e}");
+            crate::spice::log_limit::log_limited!(warn, "tablet: {e}");
         }
     }
 
