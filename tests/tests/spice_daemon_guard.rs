@@ -71,7 +71,9 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
         .arg(format!("--reuid={NOBODY}"))
         .arg(format!("--regid={NOBODY}"))
         .arg("--clear-groups")
-        .args(["python3", "-c", ATTACKER])
+        // The system python, not a pyenv shim under /root that uid 65534 cannot run.
+        .arg(spice_common::which("python3").unwrap())
+        .args(["-c", ATTACKER])
         .arg(&socket)
         .stdin(Stdio::null())
         .output()
