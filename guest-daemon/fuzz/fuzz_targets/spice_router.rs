@@ -7,7 +7,7 @@
 //! Asserted after every step (issue 16 finding 5): the byte budget accounts for every byte each queued frame
 //! holds (metadata included); the bytes held by a queue stay within `QUEUE_BYTES` (plus at most one oversized
 //! frame queued alone); no clipboard grab carries more than `MAX_GRAB_TYPES` types either way; the backlog and
-//! the router's state stay bounded.
+//! the reassembler's buffer stay bounded.
 #![no_main]
 
 use std::collections::{HashMap, VecDeque};
@@ -29,7 +29,7 @@ mod spice {
 }
 
 use spice::agent_queue::{self, AgentRx, AgentTx, KillSwitch, QUEUE_BYTES};
-use spice::router::{Action, AgentId, Router, MAX_GRAB_TYPES, MAX_TRANSFERS};
+use spice::router::{Action, AgentId, Router, MAX_GRAB_TYPES};
 
 /// The core's backlog limit (`MAX_BACKLOG` in spice/mod.rs).
 const MAX_BACKLOG: usize = 1024;
@@ -102,7 +102,7 @@ impl Model {
         }
     }
 
-    fn to_agent(&mut self, id: AgentId, msg: SessionMessage) {
+    fn send_to_agent(&mut self, id: AgentId, msg: SessionMessage) {
         if let SessionMessage::ClipboardGrab { types, .. } = &msg {
             assert!(
                 types.len() <= MAX_GRAB_TYPES,
@@ -134,7 +134,7 @@ impl Model {
     fn apply(&mut self, acts: Vec<Action>) {
         for a in acts {
             match a {
-                Action::Agent(id, msg) => self.to_agent(id, msg),
+                Action::Agent(id, msg) => self.send_to_agent(id, msg),
                 Action::Port(bytes) => self.check_port_bytes(&bytes),
                 Action::PortData { head, .. } | Action::PortStream { head, .. } => {
                     assert!(head.len() < 64, "a data head of {} bytes", head.len());
@@ -226,7 +226,6 @@ impl Model {
             assert!(a.backlog.len() <= MAX_BACKLOG);
         }
         assert!(self.reasm.buffered_bytes() <= 2 * 64 * 1024 * 1024 + 4096);
-        let _ = MAX_TRANSFERS;
     }
 }
 
