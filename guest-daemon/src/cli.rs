@@ -155,9 +155,14 @@ pub struct Cli {
     /// SPICE: unix socket where guestlink-session agents connect (default /run/guestlinkd/session.sock).
     #[arg(long = "session-socket", value_name = "PATH")]
     pub session_socket: Option<PathBuf>,
-    /// SPICE: no logind; the first connected session agent is the active one (at most one agent).
+    /// SPICE: no logind; one session agent is accepted and it is the active one. Only root and the uid of
+    /// `--agent-uid` (default: the owner of the active virtual terminal) may connect as the agent.
     #[arg(long = "no-logind")]
     pub no_logind: bool,
+    /// SPICE with `--no-logind`: the uid allowed to run the session agent (besides root). Default: the owner of
+    /// the seat's active VT (/sys/class/tty/tty0/active → /dev/ttyN); no one but root when that is unknown.
+    #[arg(long = "agent-uid", value_name = "UID", requires = "no_logind")]
+    pub agent_uid: Option<u32>,
     /// SPICE: write `struct input_event` records to FILE instead of creating a /dev/uinput tablet.
     #[arg(long = "uinput-fake", value_name = "FILE")]
     pub uinput_fake: Option<PathBuf>,

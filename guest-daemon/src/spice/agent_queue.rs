@@ -1,19 +1,22 @@
 //! The queue from the core to one session agent's writer task, bounded twice: in frames ([`AGENT_QUEUE`]) and in
-//! data bytes ([`QUEUE_BYTES`]). A frame holds its share of the byte budget until the writer has written it, so
-//! a host that sends huge messages (FILE_XFER_DATA may be 64 MiB each) while the agent is slow or stopped cannot
-//! make guestlinkd hold more than about that much for the agent: a frame that does not fit waits in the core's
-//! backlog, and the core stops reading the port meanwhile (see the module doc of [`super`]).
+//! bytes ([`QUEUE_BYTES`]). Every frame counts with all the memory it holds, metadata included
+//! ([`SessionMessage::held_bytes`]: a CLIPBOARD_GRAB's types, a MONITORS_CONFIG's monitors, not only clipboard or
+//! file data), and holds that share of the budget until the writer has written it, so a host that sends huge
+//! messages (FILE_XFER_DATA may be 64 MiB each) while the agent is slow or stopped cannot make guestlinkd hold
+//! more than about that much for the agent: a frame that does not fit waits in the core's backlog (the active
+//! agent: the core stops reading the port meanwhile) or gets the agent dropped (see the module doc of [`super`]).
+//! The queue also carries the core's order to end the connection ([`AgentTx::kill`]).
 
 use std::sync::Arc;
 
 use guestlink_protocol::session::SessionMessage;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// Most frames queued for one agent.
 pub const AGENT_QUEUE: usize = 256;
-/// Most data bytes queued for one agent (or being written to it). A larger frame takes the whole budget, so it
-/// is queued alone.
+/// Most bytes queued for one agent (or being written to it), counted by [`SessionMessage::held_bytes`]. A larger
+/// frame takes the whole budget, so it is queued alone.
 pub const QUEUE_BYTES: usize = 16 * 1024 * 1024;
 
 /// A frame on its way to the writer, with its share of the byte budget (released when it is dropped).
@@ -29,6 +32,18 @@ pub struct Queued {
 pub struct AgentTx {
     tx: mpsc::Sender<Queued>,
     bytes: Arc<Semaphore>,
+    kill: Arc<Notify>,
+}
+
+/// The connection's end of [`AgentTx::kill`].
+#[derive(Debug, Clone)]
+pub struct KillSwitch(Arc<Notify>);
+
+impl KillSwitch {
+    /// Resolves once the core ordered the connection closed (also if that happened before this call).
+    pub async fn killed(&self) {
+        self.0.notified().await;
+    }
 }
 
 /// The writer's end.
@@ -41,23 +56,48 @@ pub struct Room {
     bytes: Option<OwnedSemaphorePermit>,
 }
 
-/// A new queue.
-pub fn channel() -> (AgentTx, AgentRx) {
+/// A new queue, and the switch its connection watches.
+pub fn channel() -> (AgentTx, AgentRx, KillSwitch) {
     let (tx, rx) = mpsc::channel(AGENT_QUEUE);
     let bytes = Arc::new(Semaphore::new(QUEUE_BYTES));
-    (AgentTx { tx, bytes }, rx)
+    let kill = Arc::new(Notify::new());
+    (
+        AgentTx {
+            tx,
+            bytes,
+            kill: Arc::clone(&kill),
+        },
+        rx,
+        KillSwitch(kill),
+    )
 }
 
-/// The budget a frame with `data_len` data bytes holds.
-fn share(data_len: usize) -> u32 {
+/// The budget a frame holding `held` bytes takes.
+fn share(held: usize) -> u32 {
     // QUEUE_BYTES fits in u32.
-    data_len.min(QUEUE_BYTES) as u32
+    held.min(QUEUE_BYTES) as u32
+}
+
+/// The budget share of `msg` (see [`SessionMessage::held_bytes`]).
+pub fn share_of(msg: &SessionMessage) -> usize {
+    share(msg.held_bytes()) as usize
 }
 
 impl AgentTx {
+    /// Bytes of the budget in use (queued or being written).
+    pub fn queued_bytes(&self) -> usize {
+        QUEUE_BYTES.saturating_sub(self.bytes.available_permits())
+    }
+
+    /// Orders the connection closed: its reader stops, the socket is shut down and the writer task aborted, so
+    /// the queued frames are freed and the connection no longer counts against the limit.
+    pub fn kill(&self) {
+        self.kill.notify_one();
+    }
+
     /// Queues `msg` if there is room for it now, in frames and in bytes (`Full` otherwise).
     pub fn try_send(&self, msg: SessionMessage) -> Result<(), TrySendError<SessionMessage>> {
-        let bytes = match share(msg.data().len()) {
+        let bytes = match share(msg.held_bytes()) {
             0 => None,
             n => match Arc::clone(&self.bytes).try_acquire_many_owned(n) {
                 Ok(p) => Some(p),
@@ -73,10 +113,10 @@ impl AgentTx {
             })
     }
 
-    /// Waits for room for a frame of `data_len` data bytes (cancel-safe: dropping the wait reserves nothing);
-    /// `Err` when the writer is gone.
-    pub async fn room(&self, data_len: usize) -> Result<Room, ()> {
-        let bytes = match share(data_len) {
+    /// Waits for room for a frame holding `held` bytes ([`share_of`]; cancel-safe: dropping the wait reserves
+    /// nothing); `Err` when the writer is gone.
+    pub async fn room(&self, held: usize) -> Result<Room, ()> {
+        let bytes = match share(held) {
             0 => None,
             n => Some(
                 Arc::clone(&self.bytes)
@@ -103,6 +143,10 @@ impl Room {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guestlink_protocol::vdagent::{ClipboardType, Selection};
+
+    /// Size of a message without heap data.
+    const S: usize = std::mem::size_of::<SessionMessage>();
 
     fn data(len: usize) -> SessionMessage {
         SessionMessage::FileXferData {
@@ -113,30 +157,35 @@ mod tests {
 
     #[tokio::test]
     async fn frames_wait_for_the_byte_budget_until_the_writer_took_them() {
-        let (tx, mut rx) = channel();
+        let (tx, mut rx, _kill) = channel();
         let quarter = QUEUE_BYTES / 4;
         for _ in 0..4 {
-            tx.try_send(data(quarter)).unwrap();
+            tx.try_send(data(quarter - S)).unwrap();
         }
-        // The budget is used up: data waits, a frame without data still goes.
+        assert_eq!(tx.queued_bytes(), QUEUE_BYTES);
+        // The budget is used up: data waits, and so does a frame without data (it holds memory too).
         assert!(matches!(tx.try_send(data(1)), Err(TrySendError::Full(_))));
-        tx.try_send(SessionMessage::ClientConnected).unwrap();
+        assert!(matches!(
+            tx.try_send(SessionMessage::ClientConnected),
+            Err(TrySendError::Full(_))
+        ));
         let first = rx.recv().await.unwrap();
         assert!(
             matches!(tx.try_send(data(1)), Err(TrySendError::Full(_))),
             "held until written"
         );
         drop(first);
-        tx.try_send(data(quarter)).unwrap();
+        tx.try_send(data(quarter - S)).unwrap();
         // A frame larger than the budget takes all of it, so it waits until everything else was written.
         let wait = tokio::spawn({
             let tx = tx.clone();
             async move {
-                let room = tx.room(QUEUE_BYTES * 3).await.unwrap();
-                room.send(data(QUEUE_BYTES * 3));
+                let big = data(QUEUE_BYTES * 3);
+                let room = tx.room(share_of(&big)).await.unwrap();
+                room.send(big);
             }
         });
-        for _ in 0..5 {
+        for _ in 0..4 {
             drop(rx.recv().await.unwrap());
         }
         // Only the big frame remains, and it holds the whole budget.
@@ -148,9 +197,28 @@ mod tests {
         tx.try_send(data(1)).unwrap();
     }
 
+    /// Issue 16 finding 5: a CLIPBOARD_GRAB with a huge type list holds megabytes without any data bytes; it
+    /// must use the budget like data does (it used to count 0, so 256 of them fit).
+    #[test]
+    fn metadata_counts_against_the_byte_budget() {
+        let (tx, _rx, _kill) = channel();
+        let grab = SessionMessage::ClipboardGrab {
+            selection: Selection::Clipboard,
+            types: vec![ClipboardType::Utf8Text; QUEUE_BYTES / 16],
+        };
+        let held = grab.held_bytes();
+        assert!(held >= QUEUE_BYTES / 2, "{held}");
+        tx.try_send(grab.clone()).unwrap();
+        assert!(tx.queued_bytes() >= held);
+        assert!(
+            matches!(tx.try_send(grab), Err(TrySendError::Full(_))),
+            "a second grab of half the budget must not fit"
+        );
+    }
+
     #[tokio::test]
     async fn a_dropped_wait_reserves_nothing_and_a_gone_writer_is_reported() {
-        let (tx, rx) = channel();
+        let (tx, rx, _kill) = channel();
         tx.try_send(data(QUEUE_BYTES)).unwrap();
         let waited = tokio::time::timeout(std::time::Duration::from_millis(50), tx.room(10)).await;
         assert!(waited.is_err(), "no room while the budget is used");
@@ -160,5 +228,14 @@ mod tests {
             tx.try_send(SessionMessage::ClientConnected),
             Err(TrySendError::Closed(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn kill_reaches_the_connection_even_before_it_waits() {
+        let (tx, _rx, kill) = channel();
+        tx.kill();
+        tokio::time::timeout(std::time::Duration::from_secs(5), kill.killed())
+            .await
+            .expect("the kill order is kept until the connection looks");
     }
 }

@@ -24,6 +24,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use super::agent_queue::{self, AgentTx};
+use super::log_limit::log_limited;
 use super::logind::Logind;
 use super::passed_fd;
 use super::router::AgentId;
@@ -91,6 +92,8 @@ pub struct AcceptConfig {
     pub logind: Option<Logind>,
     /// Socket path (for logs).
     pub path: PathBuf,
+    /// Who may be the agent without logind.
+    pub agent_uid: super::peer::AgentUid,
 }
 
 /// Accepts agents forever, sending [`Event`]s to the core.
@@ -112,7 +115,7 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
             continue;
         };
         if open.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-            tracing::warn!("too many session-socket connections, refusing one");
+            log_limited!(warn, "too many session-socket connections, refusing one");
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
@@ -120,9 +123,9 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
         next_id += 1;
         let (cfg, events, open) = (cfg.clone(), events.clone(), Arc::clone(&open));
         tokio::spawn(async move {
-            match super::peer::identify(&stream, cfg.logind.as_ref()).await {
+            match super::peer::identify(&stream, cfg.logind.as_ref(), cfg.agent_uid).await {
                 Ok(session) => serve(id, stream, session, events).await,
-                Err(e) => tracing::warn!(agent = id, "session agent refused: {e:#}"),
+                Err(e) => log_limited!(warn, agent = id, "session agent refused: {e:#}"),
             }
             open.fetch_sub(1, Ordering::SeqCst);
             drop(guard);
@@ -132,7 +135,7 @@ pub async fn accept_loop(listener: UnixListener, cfg: AcceptConfig, events: mpsc
 
 async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::Sender<Event>) {
     let (rd, mut wr) = stream.into_split();
-    let (tx, mut rx) = agent_queue::channel();
+    let (tx, mut rx, kill) = agent_queue::channel();
     if events
         .send(Event::Connected { id, session, tx })
         .await
@@ -170,6 +173,15 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
         let read = tokio::select! {
             r = passed_fd::read(&rd, &mut buf) => r,
             _ = &mut writer => break,
+            () = kill.killed() => {
+                // Dropped by the core: unblock a writer stuck in a write to an agent that does not read, and
+                // end the connection now (its queue is freed and it no longer counts against the limit).
+                let _ = nix::sys::socket::shutdown(
+                    std::os::fd::AsRawFd::as_raw_fd(rd.as_ref()),
+                    nix::sys::socket::Shutdown::Both,
+                );
+                break;
+            }
         };
         let n = match read {
             Ok((0, _)) | Err(_) => break,
@@ -178,7 +190,8 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
                     passed.into_iter().partition(passed_fd::is_sealed_memfd);
                 fds.extend(ok);
                 if !bad.is_empty() || fds.len() > MAX_PENDING_FDS {
-                    tracing::warn!(
+                    log_limited!(
+                        warn,
                         agent = id,
                         "the agent passed descriptors that are not sealed memfds, or too many: disconnecting"
                     );
@@ -212,10 +225,10 @@ async fn serve(id: AgentId, stream: UnixStream, session: String, events: mpsc::S
                     tracing::debug!(agent = id, kind = k, "unknown frame kind skipped");
                 }
                 Err(e) if decoder.is_poisoned() => {
-                    tracing::warn!(agent = id, "session stream error: {e}; disconnecting");
+                    log_limited!(warn, agent = id, "session stream error: {e}; disconnecting");
                     break 'read;
                 }
-                Err(e) => tracing::warn!(agent = id, "bad frame: {e}"),
+                Err(e) => log_limited!(warn, agent = id, "bad frame: {e}"),
             }
         }
     }
@@ -238,7 +251,7 @@ fn clipboard_fd_event(
     match (checked, usize::try_from(len)) {
         (Ok(file), Ok(len)) => Event::MessageFile(id, selection, data_type, file, len),
         (Err(why), _) => {
-            tracing::warn!(agent = id, "clipboard answer refused: {why}");
+            log_limited!(warn, agent = id, "clipboard answer refused: {why}");
             Event::Message(id, empty_clipboard(selection))
         }
         (_, Err(_)) => Event::Message(id, empty_clipboard(selection)),

@@ -18,7 +18,7 @@ use zbus::zvariant::OwnedObjectPath;
 
 use super::logind::{target_session, ActiveSession, Logind, PeerSession, SessionProps};
 use super::peer::testing::ChildPeer;
-use super::peer::{identify, Peer};
+use super::peer::{identify, AgentUid, Peer};
 
 /// Generous: the machine may be loaded; a signal normally arrives within milliseconds.
 const T: Duration = Duration::from_secs(30);
@@ -516,12 +516,14 @@ async fn identify_our_own_peer_through_logind() {
     };
     let (a, _b) = tokio::net::UnixStream::pair().unwrap();
     // Unknown to logind: refused.
-    assert!(identify(&a, Some(&fake.logind)).await.is_err());
+    assert!(identify(&a, Some(&fake.logind), AgentUid::ActiveVt)
+        .await
+        .is_err());
     fake.pids
         .lock()
         .unwrap()
         .insert(std::process::id(), "c1".into());
-    let got = identify(&a, Some(&fake.logind)).await;
+    let got = identify(&a, Some(&fake.logind), AgentUid::ActiveVt).await;
     // c1 belongs to uid 1000: only root (or uid 1000) may claim it.
     match nix::unistd::getuid().as_raw() {
         0 | 1000 => assert_eq!(got.unwrap(), "c1"),
@@ -551,14 +553,21 @@ async fn identify_requires_the_session_owner() {
         .insert(child.child.id(), "c1".into());
     let err = format!(
         "{:#}",
-        identify(&stream, Some(&fake.logind)).await.unwrap_err()
+        identify(&stream, Some(&fake.logind), AgentUid::ActiveVt)
+            .await
+            .unwrap_err()
     );
     assert!(err.contains("does not own session c1"), "{err}");
     fake.pids
         .lock()
         .unwrap()
         .insert(child.child.id(), "c5".into());
-    assert_eq!(identify(&stream, Some(&fake.logind)).await.unwrap(), "c5");
+    assert_eq!(
+        identify(&stream, Some(&fake.logind), AgentUid::ActiveVt)
+            .await
+            .unwrap(),
+        "c5"
+    );
 }
 
 /// The peer exits (and its pid could be recycled) while logind is being asked: refused.
@@ -582,7 +591,8 @@ async fn identify_refuses_a_peer_that_exits_during_the_lookup() {
     });
     let stream = tokio::net::UnixStream::from_std(child.stream.try_clone().unwrap()).unwrap();
     let logind = fake.logind.clone();
-    let check = tokio::spawn(async move { identify(&stream, Some(&logind)).await });
+    let check =
+        tokio::spawn(async move { identify(&stream, Some(&logind), AgentUid::ActiveVt).await });
     tokio::time::timeout(T, started)
         .await
         .expect("GetSessionByPID never came")

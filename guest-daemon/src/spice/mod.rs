@@ -7,10 +7,13 @@
 //! lost sync, a message above the size cap) closes and reopens it.
 //!
 //! Flow control: frames for an agent go through its writer queue ([`agent_queue`]: at most 256 frames and
-//! 16 MiB of data). When it is full, further frames for that agent wait in a small per-agent backlog and the
-//! core stops reading the port until the agent drains its queue — the host then blocks on its end (SPICE flow
-//! control through QEMU's chardev). Agent events keep being served meanwhile. An agent that makes no progress for the stall timeout
-//! ([`DEFAULT_AGENT_STALL`], env `GUESTLINKD_SPICE_AGENT_STALL_MS`) is dropped.
+//! 16 MiB, metadata included). When the active agent's queue is full, further frames for it wait in a small
+//! backlog and the core stops reading the port until the agent drains its queue — the host then blocks on its end
+//! (SPICE flow control through QEMU's chardev). Agent events keep being served meanwhile. Another agent never
+//! pauses the port: when its queue is full it is dropped. An agent that makes no progress for the stall timeout
+//! ([`DEFAULT_AGENT_STALL`], env `GUESTLINKD_SPICE_AGENT_STALL_MS`) is dropped; a dropped agent's connection is
+//! shut down and its writer aborted ([`AgentTx::kill`]). Host- and user-controlled values are logged through
+//! [`log_limit`].
 //!
 //! Streaming: a large clipboard answer from the active agent is not collected first. The router answers its
 //! start with [`Action::PortStream`]; the core writes the vdagent head at once and passes each piece on to the
@@ -20,6 +23,7 @@
 
 pub mod agent_queue;
 pub mod agents;
+pub mod log_limit;
 pub mod logind;
 pub mod passed_fd;
 pub mod peer;
@@ -41,6 +45,7 @@ use tokio::time::Instant;
 
 use agent_queue::{AgentTx, Room};
 use agents::Event;
+use log_limit::log_limited;
 use port::PortIo;
 use router::{Action, AgentId, Refusal, Router};
 use tablet::{Sink, Tablet};
@@ -71,6 +76,8 @@ pub struct SpiceOptions {
     pub session_socket: PathBuf,
     /// Accept one agent without logind.
     pub no_logind: bool,
+    /// `--agent-uid`: without logind, the uid allowed to be the agent (default: the active VT's owner).
+    pub agent_uid: Option<u32>,
     /// Write input events to this file instead of /dev/uinput.
     pub uinput_fake: Option<PathBuf>,
 }
@@ -177,6 +184,9 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         agents::AcceptConfig {
             logind,
             path: opts.session_socket.clone(),
+            agent_uid: opts
+                .agent_uid
+                .map_or(peer::AgentUid::ActiveVt, peer::AgentUid::Fixed),
         },
         ev_tx,
     ));
@@ -209,11 +219,12 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         let stalled = core.stall_wait();
-        // Also not read while a stream holds the port: replies would only queue up behind it.
-        let paused = stalled.is_some() || core.port_stream.is_some();
+        // Not read while the active agent's queue is full (never for another agent's), nor while a stream holds
+        // the port: replies would only queue up behind it.
+        let paused = core.active_backlog() || core.port_stream.is_some();
         let stream_deadline = core.port_stream.as_ref().map(|s| s.deadline);
         tokio::select! {
-            // Not read while an agent's queue is full: the host blocks instead of us buffering.
+            // Not read while the active agent's queue is full: the host blocks instead of us buffering.
             r = read_port(core.port.as_mut(), &mut buf), if !paused => match r {
                 Ok(0) => core.port_failed("the host closed the port").await,
                 Ok(n) => core.port_bytes(n, &buf).await,
@@ -249,11 +260,18 @@ impl Core {
         }
     }
 
+    /// Whether the active agent has frames waiting behind its full queue (the port is not read meanwhile).
+    fn active_backlog(&self) -> bool {
+        self.router
+            .active_agent()
+            .is_some_and(|id| self.backlog.contains_key(&id))
+    }
+
     /// The stalled agent to wait for (the one stalled longest), if any.
     fn stall_wait(&self) -> StallWait {
         let (id, b) = self.backlog.iter().min_by_key(|(_, b)| b.progress)?;
         let tx = self.agents.get(id)?.clone();
-        let need = b.frames.front().map_or(0, |m| m.data().len());
+        let need = b.frames.front().map_or(0, agent_queue::share_of);
         Some((*id, tx, need, b.progress + self.stall))
     }
 
@@ -261,7 +279,8 @@ impl Core {
     async fn refill(&mut self, id: AgentId, room: Result<Room, ()>) {
         let Ok(room) = room else {
             let stall = self.stall;
-            tracing::warn!(
+            log_limited!(
+                warn,
                 agent = id,
                 ?stall,
                 "session agent not reading: disconnecting it"
@@ -296,11 +315,13 @@ impl Core {
         }
     }
 
-    /// Forgets agent `id` (its writer stops when the queue sender is dropped) and applies the consequences.
+    /// Forgets agent `id` and applies the consequences; its connection is shut down and its writer aborted (see
+    /// [`AgentTx::kill`]), so its queue is freed at once.
     async fn drop_agent(&mut self, id: AgentId) {
         self.backlog.remove(&id);
         Box::pin(self.stream_source_gone(id)).await;
-        if self.agents.remove(&id).is_some() {
+        if let Some(tx) = self.agents.remove(&id) {
+            tx.kill();
             let more = self.router.agent_gone(id);
             Box::pin(self.apply(more)).await;
         }
@@ -329,7 +350,7 @@ impl Core {
 
     /// Closes the port after an error; it is reopened after [`REOPEN_DELAY`] if an agent can still serve.
     async fn port_failed(&mut self, why: &str) {
-        tracing::warn!("SPICE port: {why}; closing and reopening it");
+        log_limited!(warn, "SPICE port: {why}; closing and reopening it");
         self.close_port().await;
         self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
     }
@@ -375,7 +396,11 @@ impl Core {
                         self.apply(acts).await;
                     }
                     Err(Refusal::SessionTaken) => {
-                        tracing::warn!(agent = id, "a second agent for the same session: refused");
+                        log_limited!(
+                            warn,
+                            agent = id,
+                            "a second agent for the same session: refused"
+                        );
                         let _ = tx.try_send(SessionMessage::Error {
                             code: "session-taken".into(),
                             message: "another agent already serves this session".into(),
@@ -606,7 +631,8 @@ impl Core {
                         if b.frames.len() < MAX_BACKLOG {
                             b.frames.push_back(msg);
                         } else {
-                            tracing::warn!(
+                            log_limited!(
+                                warn,
                                 agent = id,
                                 "session agent backlog full: disconnecting it"
                             );
@@ -616,9 +642,20 @@ impl Core {
                     }
                     match tx.try_send(msg) {
                         Ok(()) => {}
+                        Err(TrySendError::Full(_)) if self.router.active_agent() != Some(id) => {
+                            // Only the active agent may hold up the port; another one that does not read what
+                            // it asked for (clipboard requests answered empty, say) is disconnected.
+                            log_limited!(
+                                warn,
+                                agent = id,
+                                "a session agent that is not active does not read its queue: disconnecting it"
+                            );
+                            self.drop_agent(id).await;
+                        }
                         Err(TrySendError::Full(msg)) => {
                             tracing::debug!(
                                 agent = id,
+                                queued = tx.queued_bytes(),
                                 "session agent queue full: pausing the SPICE port"
                             );
                             self.backlog.insert(
@@ -657,6 +694,7 @@ impl SpiceOptions {
                 .clone()
                 .unwrap_or_else(|| Self::DEFAULT_SESSION_SOCKET.into()),
             no_logind: cli.no_logind,
+            agent_uid: cli.agent_uid,
             uinput_fake: cli.uinput_fake.clone(),
         })
     }

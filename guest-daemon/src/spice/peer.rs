@@ -11,6 +11,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
@@ -111,12 +112,57 @@ impl Peer {
     }
 }
 
+/// Who may run the session agent in `--no-logind` mode (besides root), see docs/spice.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentUid {
+    /// `--agent-uid UID`.
+    Fixed(u32),
+    /// The owner of the seat's active virtual terminal at connect time; nobody but root when unknown.
+    ActiveVt,
+}
+
+impl AgentUid {
+    /// The uid allowed now, if any.
+    fn allowed(self) -> Option<u32> {
+        match self {
+            Self::Fixed(uid) => Some(uid),
+            Self::ActiveVt => {
+                active_vt_owner(Path::new("/sys/class/tty/tty0/active"), Path::new("/dev"))
+            }
+        }
+    }
+}
+
+/// The owner of the active VT: `active` (sysfs, e.g. "tty2") names the device under `dev`, whose owner is the
+/// user logged in there (login and display managers chown it). `None` when anything is missing or odd.
+pub(crate) fn active_vt_owner(active: &Path, dev: &Path) -> Option<u32> {
+    let name = std::fs::read_to_string(active).ok()?;
+    let name = name.trim();
+    let num = name.strip_prefix("tty")?;
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    std::fs::metadata(dev.join(name)).ok().map(|m| m.uid())
+}
+
 /// The logind session of the agent on `stream` ("" without logind), after the peer checks: its session owner must
-/// be the peer's uid (or the peer root), and the peer process must still be the one that connected.
-pub async fn identify(stream: &UnixStream, logind: Option<&Logind>) -> Result<String> {
+/// be the peer's uid (or the peer root), and the peer process must still be the one that connected. Without
+/// logind the peer must be root or the uid `no_logind` allows.
+pub async fn identify(
+    stream: &UnixStream,
+    logind: Option<&Logind>,
+    no_logind: AgentUid,
+) -> Result<String> {
     let peer = Peer::of(stream.as_fd())?;
     let (uid, pid) = (peer.uid(), peer.pid());
     let Some(logind) = logind else {
+        let allowed = no_logind.allowed();
+        if uid != 0 && Some(uid) != allowed {
+            match allowed {
+                Some(a) => bail!("uid {uid} is not the agent uid {a} (--no-logind)"),
+                None => bail!("uid {uid} refused: no agent uid known (--no-logind without --agent-uid, no active VT owner)"),
+            }
+        }
         tracing::info!(uid, pid, "session agent connected (no logind)");
         return Ok(String::new());
     };
@@ -234,8 +280,33 @@ mod tests {
         assert_eq!(peer.uid(), nix::unistd::getuid().as_raw());
         assert!(peer.pidfd().is_some(), "this kernel has pidfds: {peer:?}");
         peer.ensure_alive().unwrap();
-        // Without logind every agent belongs to session "".
-        assert_eq!(identify(&a, None).await.unwrap(), "");
+        // Without logind every agent belongs to session ""; root is always accepted.
+        assert_eq!(identify(&a, None, AgentUid::Fixed(4242)).await.unwrap(), "");
+    }
+
+    /// Issue 16 finding 3: without logind, a uid that is neither root nor the agent uid is refused.
+    #[tokio::test]
+    async fn without_logind_only_the_agent_uid_is_accepted() {
+        if !nix::unistd::getuid().is_root() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let Some(child) = ChildPeer::start(dir.path(), Some(65534)) else {
+            return;
+        };
+        let std_stream = child.stream.try_clone().unwrap();
+        std_stream.set_nonblocking(true).unwrap();
+        let stream = UnixStream::from_std(std_stream).unwrap();
+        let err = identify(&stream, None, AgentUid::Fixed(4242))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not the agent uid"), "{err:#}");
+        assert_eq!(
+            identify(&stream, None, AgentUid::Fixed(65534))
+                .await
+                .unwrap(),
+            ""
+        );
     }
 
     #[test]
@@ -305,5 +376,28 @@ mod tests {
         gone.ensure_alive().unwrap();
         child.exit_and_reap();
         assert!(gone.ensure_alive().is_err());
+    }
+
+    #[test]
+    fn the_active_vt_owner_is_read_from_sysfs_and_dev() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (active, dev) = (dir.path().join("active"), dir.path().join("dev"));
+        std::fs::create_dir(&dev).unwrap();
+        std::fs::write(dev.join("tty3"), "").unwrap();
+        let owner = std::fs::metadata(dev.join("tty3")).unwrap().uid();
+        std::fs::write(&active, "tty3\n").unwrap();
+        assert_eq!(super::active_vt_owner(&active, &dev), Some(owner));
+        for odd in ["tty", "ttyS0", "../tty3", "tty3/x", ""] {
+            std::fs::write(&active, odd).unwrap();
+            assert_eq!(super::active_vt_owner(&active, &dev), None, "{odd:?}");
+        }
+        std::fs::write(&active, "tty4").unwrap();
+        assert_eq!(
+            super::active_vt_owner(&active, &dev),
+            None,
+            "missing device"
+        );
+        assert_eq!(super::active_vt_owner(&dir.path().join("none"), &dev), None);
     }
 }

@@ -9,6 +9,8 @@
 
 mod xfer;
 
+use super::log_limit::{log_limited, truncated, Words};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use guestlink_protocol::session::{
@@ -26,6 +28,24 @@ pub type AgentId = u64;
 
 /// Most concurrent file transfers (spice-vdagentd's limit).
 pub const MAX_TRANSFERS: usize = 128;
+/// Most types kept from one CLIPBOARD_GRAB, either way (there are 7 known types; the rest are cut off).
+pub const MAX_GRAB_TYPES: usize = 64;
+
+/// `types` cut to [`MAX_GRAB_TYPES`], with a rate-limited note when that drops some.
+fn capped_types(mut types: Vec<ClipboardType>, from: &'static str) -> Vec<ClipboardType> {
+    if types.len() > MAX_GRAB_TYPES {
+        log_limited!(
+            warn,
+            from,
+            count = types.len(),
+            max = MAX_GRAB_TYPES,
+            "clipboard grab with too many types: the rest are ignored"
+        );
+        types.truncate(MAX_GRAB_TYPES);
+        types.shrink_to_fit();
+    }
+    types
+}
 
 /// What the I/O layer must do.
 #[derive(Debug, PartialEq, Eq)]
@@ -168,7 +188,7 @@ impl Router {
     fn send(&self, out: &mut Vec<Action>, port: Port, msg: &Message) {
         match encode_message(port, msg, self.wire, ChunkMode::Single) {
             Ok(bytes) => out.push(Action::Port(bytes)),
-            Err(e) => tracing::warn!("cannot encode {:?}: {e}", msg.message_type()),
+            Err(e) => log_limited!(warn, "cannot encode {:?}: {e}", msg.message_type()),
         }
     }
 
@@ -359,8 +379,9 @@ impl Router {
             SessionMessage::ClipboardRequest {
                 selection,
                 data_type,
-            } if !active || !self.port_open => {
-                // Not the active session (or no client): an immediate empty answer, never host data.
+            } if !active || !self.port_open || !self.selection_crosses(selection) => {
+                // Not the active session, no client, or a selection the client cannot take: an immediate empty
+                // answer, never host data (the core disconnects a non-active agent that does not read these).
                 let _ = data_type;
                 out.push(Action::Agent(
                     id,
@@ -377,7 +398,21 @@ impl Router {
                     "dropping a frame from an agent that is not active"
                 );
             }
+            SessionMessage::ClipboardGrab { selection, .. }
+            | SessionMessage::ClipboardData { selection, .. }
+            | SessionMessage::ClipboardRelease { selection }
+                if !self.selection_crosses(selection) =>
+            {
+                // Without CLIPBOARD_SELECTION the client has only its clipboard: PRIMARY (every highlight in the
+                // guest) must not replace it, as spice-vdagentd does.
+                tracing::debug!(
+                    agent = id,
+                    ?selection,
+                    "selection not for a legacy client: dropped"
+                );
+            }
             SessionMessage::ClipboardGrab { selection, types } => {
+                let types = capped_types(types, "session agent");
                 if self.client_has(Capability::ClipboardByDemand) {
                     let serial = self
                         .wire
@@ -453,7 +488,13 @@ impl Router {
                 }
             }
             SessionMessage::Error { code, message } => {
-                tracing::warn!(agent = id, "session agent error {code}: {message}");
+                log_limited!(
+                    warn,
+                    agent = id,
+                    code = ?truncated(&code),
+                    message = ?truncated(&message),
+                    "session agent error"
+                );
             }
             other => tracing::debug!(
                 agent = id,
@@ -466,6 +507,12 @@ impl Router {
 
     fn client_has(&self, cap: Capability) -> bool {
         self.client.as_ref().is_some_and(|c| c.has(cap))
+    }
+
+    /// Whether `selection` may cross to or from the client: any with CLIPBOARD_SELECTION negotiated by the newest
+    /// announcement, only CLIPBOARD without it.
+    fn selection_crosses(&self, selection: Selection) -> bool {
+        self.wire.selection || selection == Selection::Clipboard
     }
 
     /// The start of a clipboard answer that agent `id` streams (a large one): `len` data bytes follow. When it
@@ -486,10 +533,11 @@ impl Router {
             );
             return out;
         };
-        if self.active_agent() != Some(id) || !self.port_open {
+        if self.active_agent() != Some(id) || !self.port_open || !self.selection_crosses(selection)
+        {
             tracing::debug!(
                 agent = id,
-                "dropping a clipboard answer from an agent that is not active"
+                "dropping a clipboard answer from an agent that is not active (or for a legacy client's other selection)"
             );
         } else if self.clipboard_too_big(len) {
             out.extend(
@@ -525,7 +573,7 @@ impl Router {
             data: Vec::new(),
         };
         encode_single_head(Port::Client, &msg, len, self.wire)
-            .map_err(|e| tracing::warn!("cannot encode CLIPBOARD: {e}"))
+            .map_err(|e| log_limited!(warn, "cannot encode CLIPBOARD: {e}"))
             .ok()
     }
 
@@ -540,9 +588,11 @@ impl Router {
         let msg = match raw.into_decoded(self.wire) {
             Ok(m) => m,
             Err(e) => {
-                tracing::warn!(
+                log_limited!(
+                    warn,
                     msg_type = probe.header.msg_type,
-                    "invalid message from the host: {e}"
+                    error = ?truncated(&e.to_string()),
+                    "invalid message from the host"
                 );
                 self.invalid_message(&mut out, &probe);
                 return out;
@@ -551,7 +601,7 @@ impl Router {
         match msg {
             Message::AnnounceCapabilities { request, caps } => {
                 self.wire = WireFormat::negotiate(&self.ours, &caps);
-                tracing::info!(caps = ?caps.words(), request, "client capabilities");
+                log_limited!(info, caps = ?Words(caps.words()), request, "client capabilities");
                 self.client = Some(caps);
                 if request {
                     // A new client: forget the old one's transfers and serials, answer with our caps.
@@ -590,6 +640,7 @@ impl Router {
                     None => true,
                 };
                 if accepted {
+                    let types = capped_types(types, "host");
                     self.guest_owned.remove(&selection.as_u8());
                     self.to_active(&mut out, SessionMessage::ClipboardGrab { selection, types });
                 } else {

@@ -285,3 +285,171 @@ fn streamed_clipboard_answers_go_to_the_port_only_from_the_active_agent() {
         [Message::Clipboard { data, .. }] if data.is_empty()
     ));
 }
+
+/// A router like [`ready`] whose client announced `words` (with `request`).
+fn ready_with(words: u32) -> (Router, WireFormat) {
+    let (mut r, _) = ready();
+    let client = Capabilities::from_words(&[words]);
+    r.on_port(
+        Port::Client,
+        raw(
+            &Message::AnnounceCapabilities {
+                request: true,
+                caps: client.clone(),
+            },
+            WireFormat::default(),
+        ),
+    );
+    (r, WireFormat::negotiate(&our_caps(), &client))
+}
+
+/// Issue 18 bug 2: a client without CLIPBOARD_SELECTION gets no PRIMARY traffic from the guest (spice-vdagentd
+/// sends only CLIPBOARD to such clients); CLIPBOARD still crosses.
+#[test]
+fn primary_does_not_reach_a_client_without_clipboard_selection() {
+    // spice-gtk's caps without CLIPBOARD_SELECTION (bit 6) and GRAB_SERIAL (bit 17).
+    let (mut r, wire) = ready_with(0x0003_5077 & !(1 << 6) & !(1 << 17));
+    assert!(!wire.selection);
+    let grab = |selection| SessionMessage::ClipboardGrab {
+        selection,
+        types: vec![ClipboardType::Utf8Text],
+    };
+    assert!(port_msgs(&r.on_agent(1, grab(Selection::Primary)), wire).is_empty());
+    assert!(port_msgs(
+        &r.on_agent(
+            1,
+            SessionMessage::ClipboardRelease {
+                selection: Selection::Primary
+            }
+        ),
+        wire
+    )
+    .is_empty());
+    let acts = r.on_agent(
+        1,
+        SessionMessage::ClipboardRequest {
+            selection: Selection::Primary,
+            data_type: ClipboardType::Utf8Text,
+        },
+    );
+    assert!(
+        port_msgs(&acts, wire).is_empty(),
+        "no PRIMARY request to the client"
+    );
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::Agent(
+            1,
+            SessionMessage::ClipboardData {
+                data_type: ClipboardType::None,
+                ..
+            }
+        )
+    )));
+    assert!(matches!(
+        port_msgs(&r.on_agent(1, grab(Selection::Clipboard)), wire)[..],
+        [Message::ClipboardGrab {
+            selection: Selection::Clipboard,
+            ..
+        }]
+    ));
+    // With the capability, PRIMARY crosses.
+    let (mut r, wire) = ready_with(0x0003_5077);
+    assert!(matches!(
+        port_msgs(&r.on_agent(1, grab(Selection::Primary)), wire)[..],
+        [Message::ClipboardGrab {
+            selection: Selection::Primary,
+            ..
+        }]
+    ));
+}
+
+/// Issue 18 bug 1: after a port reset and after a new client, only the newest announcement decides the wire
+/// format, both for what the guest sends (a REQUEST with the selection prefix) and for what it reads.
+#[test]
+fn the_newest_capabilities_govern_the_wire_after_a_reset_and_a_new_client() {
+    let (mut r, _) = ready_with(0x0003_5077 & !(1 << 6) & !(1 << 17));
+    // A hostile announcement with random words, then a reset (port closed and reopened).
+    r.on_port(
+        Port::Client,
+        raw(
+            &Message::AnnounceCapabilities {
+                request: false,
+                caps: Capabilities::from_words(&[0x1234_5678, 0xdead_beef, 7]),
+            },
+            WireFormat::default(),
+        ),
+    );
+    r.port_closed();
+    r.port_opened();
+    let client = Capabilities::from_words(&[0x0003_5077]);
+    let wire = WireFormat::negotiate(&our_caps(), &client);
+    assert!(wire.selection && wire.grab_serial);
+    r.on_port(
+        Port::Client,
+        raw(
+            &Message::AnnounceCapabilities {
+                request: false,
+                caps: client,
+            },
+            WireFormat::default(),
+        ),
+    );
+    let grab = Message::ClipboardGrab {
+        selection: Selection::Clipboard,
+        serial: Some(0),
+        types: vec![ClipboardType::Utf8Text],
+    };
+    let acts = r.on_port(Port::Client, raw(&grab, wire));
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::Agent(1, SessionMessage::ClipboardGrab { types, .. }) if types == &[ClipboardType::Utf8Text]
+    )));
+    let acts = r.on_agent(
+        1,
+        SessionMessage::ClipboardRequest {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+        },
+    );
+    let Some(Action::Port(bytes)) = acts.first() else {
+        panic!("no request to the client: {acts:?}");
+    };
+    // Chunk header 8 + message header 20 + selection prefix 4 + type 4.
+    assert_eq!(
+        bytes.len(),
+        36,
+        "CLIPBOARD_REQUEST without the selection prefix"
+    );
+}
+
+/// Issue 16 finding 5: a host grab with a huge type list reaches the agent capped; so does an agent's grab.
+#[test]
+fn grab_types_are_capped_both_ways() {
+    let (mut r, wire) = ready();
+    let many: Vec<ClipboardType> = (0..10_000)
+        .map(|i| ClipboardType::from_u32(i % 7))
+        .collect();
+    let grab = Message::ClipboardGrab {
+        selection: Selection::Clipboard,
+        serial: Some(0),
+        types: many.clone(),
+    };
+    let acts = r.on_port(Port::Client, raw(&grab, wire));
+    let forwarded = acts.iter().find_map(|a| match a {
+        Action::Agent(1, SessionMessage::ClipboardGrab { types, .. }) => Some(types.len()),
+        _ => None,
+    });
+    assert_eq!(forwarded, Some(super::router::MAX_GRAB_TYPES));
+    let acts = r.on_agent(
+        1,
+        SessionMessage::ClipboardGrab {
+            selection: Selection::Clipboard,
+            types: many,
+        },
+    );
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::ClipboardGrab { types, .. }] if types.len() == super::router::MAX_GRAB_TYPES
+    ));
+}

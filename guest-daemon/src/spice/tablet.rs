@@ -214,7 +214,7 @@ impl Tablet {
                 self.last = (x, y);
             }
             Ok(false) => {}
-            Err(e) => tracing::warn!("tablet: {e}"),
+            Err(e) => crate::spice::log_limit::log_limited!(warn, "tablet: {e}"),
         }
     }
 

@@ -254,6 +254,47 @@ impl SessionMessage {
         }
     }
 
+    /// The memory this message holds: its own size plus every heap buffer it owns (at their lengths). What a
+    /// queue of messages must budget, metadata included: a CLIPBOARD_GRAB with many types holds as much as a
+    /// clipboard with as many bytes.
+    pub fn held_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let heap = match self {
+            Self::Hello {
+                session_id,
+                capabilities,
+                ..
+            } => {
+                session_id.len()
+                    + capabilities
+                        .iter()
+                        .map(|c| size_of::<String>() + c.len())
+                        .sum::<usize>()
+            }
+            Self::Geometry { monitors } => monitors.len() * size_of::<GeometryMonitor>(),
+            Self::ClipboardGrab { types, .. } => types.len() * size_of::<ClipboardType>(),
+            Self::ClipboardData { data, .. } | Self::FileXferData { data, .. } => data.len(),
+            Self::MonitorsConfig { monitors, .. } => monitors.len() * size_of::<SessionMonitor>(),
+            Self::FileXferStart { name, .. } => name.len(),
+            Self::GraphicsDeviceInfo { displays } => displays
+                .iter()
+                .map(|d| size_of::<SessionDeviceDisplay>() + d.device_address.len())
+                .sum(),
+            Self::AudioVolumeSync { volumes, .. } => volumes.len() * size_of::<u16>(),
+            Self::Error { code, message } => code.len() + message.len(),
+            Self::ClipboardRequest { .. }
+            | Self::ClipboardRelease { .. }
+            | Self::FileXferStatus { .. }
+            | Self::FileXferCancel { .. }
+            | Self::FileXferDisable
+            | Self::ClientConnected
+            | Self::ClientDisconnected
+            | Self::MaxClipboard { .. }
+            | Self::ClipboardDataFd { .. } => 0,
+        };
+        size_of::<Self>() + heap
+    }
+
     /// Stores the binary data part after the metadata was decoded.
     pub(crate) fn set_data(&mut self, bytes: Vec<u8>) {
         if let Self::ClipboardData { data, .. } | Self::FileXferData { data, .. } = self {

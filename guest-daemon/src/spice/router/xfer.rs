@@ -12,6 +12,7 @@ use guestlink_protocol::vdagent::{
 };
 
 use super::{Action, Router, MAX_TRANSFERS};
+use crate::spice::log_limit::{log_limited, truncated};
 
 impl Router {
     pub(super) fn status(
@@ -84,7 +85,7 @@ impl Router {
             return;
         }
         if let Err(e) = validate_file_name(&start.name) {
-            tracing::warn!(name = ?start.name, "file transfer refused: {e}");
+            log_limited!(warn, name = ?truncated(&start.name), "file transfer refused: {e}");
             let detail = FileXferDetail::Error {
                 error_type: ERROR_TYPE_GLIB_IO,
                 error_code: G_IO_ERROR_INVALID_FILENAME,
