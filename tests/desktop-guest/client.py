@@ -44,9 +44,32 @@ def log(msg):
     print(f"[client {time.strftime('%H:%M:%S')} +{time.monotonic() - T0:6.1f}s] {msg}", flush=True)
 
 
+QGA = None  # set once guestlinkd answers, for the diagnostics on failure
+
+
 def fail(msg):
     log(f"FAIL: {msg}")
+    if QGA is not None:
+        diagnose(QGA)
     sys.exit(1)
+
+
+def diagnose(q):
+    """What went wrong in the guest: the display manager, X, the session agent."""
+    cmds = [
+        "systemctl --no-pager status lightdm guestlinkd | head -40",
+        "loginctl list-sessions --no-legend; for s in $(loginctl list-sessions --no-legend | awk '{print $1}'); "
+        "do loginctl show-session $s -p Type -p Class -p Active -p State -p Display; done",
+        "journalctl -b --no-pager -o cat -u lightdm -u guestlinkd | tail -40",
+        "tail -30 /var/log/Xorg.0.log; tail -30 /var/log/lightdm/lightdm.log",
+        f"tail -30 {HOME}/.xsession-errors; cat {HOME}/xrandr-at-start.txt; tail -40 {HOME}/guestlink-session.log",
+    ]
+    for c in cmds:
+        try:
+            rc, out, err = q.exec(["/bin/sh", "-c", c + " 2>&1"], 30)
+            print(f"--- guest: {c}\n{out}{err}", flush=True)
+        except Exception as e:  # noqa: BLE001 - diagnostics are best effort
+            print(f"--- guest: {c}: {e}", flush=True)
 
 
 class Qga:
@@ -122,6 +145,7 @@ def qga_connect(path, timeout):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
+        q = None
         try:
             q = Qga(path)
             q.sync()
@@ -129,18 +153,28 @@ def qga_connect(path, timeout):
                 return q
         except (OSError, TimeoutError, ConnectionError, RuntimeError) as e:
             last = e
+        # QEMU's chardev serves one client at a time: close before the next try, or it never accepts it.
+        if q is not None:
+            q.sock.close()
         time.sleep(2)
     fail(f"guestlinkd did not answer on {path} within {timeout}s: {last}")
 
 
 def wait_guest(what, fn, timeout, every=2.0):
-    """Polls fn() (a truthy value ends it) until timeout; returns the value."""
-    deadline = time.monotonic() + timeout
+    """Polls fn() (a truthy value ends it) until timeout; returns the value. Shows the guest's state once when
+    half the time has passed."""
+    start = time.monotonic()
+    deadline = start + timeout
     last = None
+    shown = False
     while time.monotonic() < deadline:
         last = fn()
-        if last and last is not None and last is not False:
+        if last:
             return last
+        if not shown and QGA is not None and time.monotonic() - start > min(90, timeout / 2):
+            log(f"still waiting for {what}; guest state:")
+            diagnose(QGA)
+            shown = True
         time.sleep(every)
     fail(f"{what}: not reached within {timeout}s (last: {last!r})")
 
@@ -224,11 +258,13 @@ def main():
     ap.add_argument("--timeout", type=int, default=600)
     args = ap.parse_args()
 
+    global QGA
     q = qga_connect(args.qga, args.timeout)
+    QGA = q
     log("ok guestlinkd answers guest-ping (boot)")
-    wait_guest("X session of the autologin user", lambda: (xrandr_size(q) or (None,))[0], args.timeout, 3)
+    wait_guest("X session of the autologin user", lambda: (xrandr_size(q) or (None,))[0], 300, 3)
     log(f"ok X session up: {xrandr_size(q)}")
-    wait_guest("guestlink-session running", lambda: q.exec(["/usr/bin/pgrep", "-u", USER, "-x", "guestlink-session"])[0] == 0,
+    wait_guest("guestlink-session running", lambda: q.exec(["/usr/bin/pgrep", "-u", USER, "-f", "^/usr/bin/guestlink-session "])[0] == 0,
                120, 2)
     t_boot = time.monotonic() - T0
     log(f"ok guestlink-session runs; boot to desktop + agent took {t_boot:.0f}s")
