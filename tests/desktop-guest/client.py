@@ -45,6 +45,7 @@ def log(msg):
 
 
 QGA = None  # set once guestlinkd answers, for the diagnostics on failure
+IDLE = time.sleep  # what waiting for the guest does; once the SPICE client runs, it keeps its main loop going
 
 
 def fail(msg):
@@ -134,7 +135,7 @@ class Qga:
                 out = base64.b64decode(st.get("out-data", "")).decode(errors="replace")
                 err = base64.b64decode(st.get("err-data", "")).decode(errors="replace")
                 return st.get("exitcode"), out, err
-            time.sleep(0.3)
+            IDLE(0.3)
         raise TimeoutError(f"guest-exec {argv} did not exit within {timeout}s")
 
     def as_user(self, argv, timeout=60):
@@ -226,7 +227,7 @@ class Client:
     def _clip_data(self, main, selection, typ, data, size):
         self.guest_data = ctypes.string_at(data, size) if isinstance(data, int) else bytes(data or b"")[:size]
 
-    def pump(self, what, cond, timeout):
+    def pump(self, what, cond, timeout, quiet=False):
         ctx = GLib.MainContext.default()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -236,8 +237,9 @@ class Client:
             if v:
                 return v
             ctx.iteration(False)
-            time.sleep(0.05)
-        fail(f"{what}: not reached within {timeout}s")
+            time.sleep(0.02)
+        if not quiet:
+            fail(f"{what}: not reached within {timeout}s")
 
     def surface(self):
         return (self.display.props.width, self.display.props.height) if self.display else None
@@ -271,6 +273,8 @@ def main():
     t_checks = time.monotonic()
 
     c = Client(f"spice://{args.spice}")
+    global IDLE
+    IDLE = lambda secs: c.pump("idle", lambda: False, secs, quiet=True)  # noqa: E731
     c.pump("main channel", lambda: c.main is not None, 60)
     c.pump("agent-connected", lambda: c.main.props.agent_connected, 120)
     c.pump("display primary surface", lambda: c.surface() and c.surface()[0] > 0, 120)
@@ -293,6 +297,15 @@ def main():
                 time.sleep(1)
             fail(f"resize to {w}x{h}: guest xrandr {got}, client surface {c.surface()}")
         step(f"resize {w}x{h} (guest RandR screen and client primary surface)", resize)
+
+    # Which path resized the guest: with QXL and virtio-vga spice-server gives the client's size to the display
+    # device (a preferred-mode change the session follows), with std VGA to the agent (a monitors config).
+    rc, out, _ = q.exec(["/bin/sh", "-c", f"cat {HOME}/guestlink-session.log"])
+    follows = out.count("following it")
+    applies = out.count("applying monitors config")
+    log(f"resize path in the guest: {follows} preferred-mode follow(s), {applies} RandR apply(s) in guestlink-session.log")
+    if args.display in ("qxl", "virtio") and follows < 2:
+        fail("expected the two resizes to come through the display device's preferred mode (follow_preferred)")
 
     # --- clipboard host -> guest ---
     def host_to_guest():
