@@ -258,6 +258,8 @@ def main():
     ap.add_argument("--display", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--no-follow", action="store_true",
+                    help="control run: the guest's follower is off; expect the resize NOT to reach the guest")
     args = ap.parse_args()
 
     global QGA
@@ -281,6 +283,21 @@ def main():
     log(f"ok SPICE connected, agent-connected, primary surface {c.surface()}")
 
     # --- resize ---
+    if args.no_follow:
+        start = xrandr_size(q)
+        c.main.update_display_enabled(0, True, False)
+        c.main.update_display(0, 0, 0, 1280, 720, False)
+        c.main.send_monitor_config()
+        IDLE(60)
+        now = xrandr_size(q)
+        log(f"control run (follower off): guest xrandr {start} -> {now} 60 s after asking for 1280x720; "
+            f"client surface {c.surface()}")
+        if now and now[0] == (1280, 720):
+            fail("the guest resized with the follower off: this display device gave the size to the agent")
+        log("ok without the follower the guest keeps its size (the display device only changed the preferred mode)")
+        c.session.disconnect()
+        log("PASS (control)")
+        return
     for w, h in [(1280, 720), (1152, 864)]:
         def resize(w=w, h=h):
             c.main.update_display_enabled(0, True, False)
