@@ -9,7 +9,7 @@
 
 mod clipboard;
 mod data_control;
-mod follow_preferred;
+pub(crate) mod follow_preferred;
 mod io;
 mod kde;
 mod mutter;

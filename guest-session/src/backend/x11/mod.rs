@@ -7,6 +7,7 @@
 
 mod atoms;
 pub mod cvt;
+mod follow_preferred;
 mod randr;
 mod read;
 mod serve;
@@ -118,6 +119,7 @@ pub(crate) struct X11 {
     read: read::ReadState,
     randr: Option<randr::RandrState>,
     last_geometry: Option<Vec<GeometryMonitor>>,
+    follow: crate::backend::wayland::follow_preferred::Follower,
 }
 
 impl X11 {
@@ -175,6 +177,7 @@ impl X11 {
             read: read::ReadState::default(),
             randr,
             last_geometry: None,
+            follow: crate::backend::wayland::follow_preferred::Follower::from_env(),
         })
     }
 
@@ -202,6 +205,7 @@ impl X11 {
 
     fn run(&mut self, rx: &mpsc::Receiver<Command>) -> Result<()> {
         self.report_geometry(true)?;
+        survivable(self.follow_preferred())?;
         loop {
             let mut buf = [0u8; 64];
             while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
@@ -332,6 +336,7 @@ impl X11 {
                 tracing::debug!(max = self.max_clipboard, "max clipboard");
             }
             Command::Monitors(flags, monitors) => {
+                self.follow.host_request(Instant::now());
                 self.apply_monitors(flags, &monitors)?;
                 self.report_geometry(true)?;
             }
@@ -358,7 +363,11 @@ impl X11 {
                     self.on_property_new_value(&e)?;
                 }
             }
-            Event::RandrScreenChangeNotify(_) => self.report_geometry(false)?,
+            Event::RandrScreenChangeNotify(_) => {
+                self.report_geometry(false)?;
+                self.follow_preferred()?;
+            }
+            Event::RandrNotify(_) => self.follow_preferred()?,
             Event::Error(e) => tracing::debug!(?e, "X11 error"),
             _ => {}
         }
