@@ -346,3 +346,22 @@ proptest! {
         prop_assert_eq!(raw.decode(w), raw.clone().into_decoded(w));
     }
 }
+
+/// Found by `random_payloads_never_panic`: without the selection capability a 1-byte RELEASE (spice-vdagentd's
+/// quirk) is CLIPBOARD whatever the byte says, so it re-encodes (as an empty payload) to the same value.
+#[test]
+fn legacy_one_byte_release_is_clipboard_and_round_trips() {
+    for w in WireFormat::ALL.into_iter().filter(|w| !w.selection) {
+        for byte in [0u8, 1, 2, 0xff] {
+            let m = Message::decode(9, &[byte], w).unwrap();
+            assert_eq!(
+                m,
+                Message::ClipboardRelease {
+                    selection: Selection::Clipboard
+                }
+            );
+            let again = m.encode_payload(w).unwrap();
+            assert_eq!(Message::decode(9, &again, w).unwrap(), m);
+        }
+    }
+}

@@ -345,8 +345,10 @@ impl Message {
             }
             MessageType::ClipboardRelease => {
                 let selection = match (wire.selection, payload.len()) {
-                    (true, 1 | 4) | (false, 1) => Selection::from_u8(payload[0]),
-                    (false, 0) => Selection::Clipboard,
+                    (true, 1 | 4) => Selection::from_u8(payload[0]),
+                    // Without the selection capability only CLIPBOARD exists; the 1-byte form is spice-vdagentd's
+                    // quirk when an agent exits (docs/protocol/vdagent.md#observed-reference-behaviour).
+                    (false, 0 | 1) => Selection::Clipboard,
                     (_, size) => {
                         let expected = if wire.selection {
                             "exactly 4 (or 1)"
