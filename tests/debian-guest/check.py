@@ -267,11 +267,25 @@ def spice_only(args):
             log(f"FAIL: {f}")
         sys.exit(1)
     ctl = Control(args.control, 60)
+    global fail
+
+    def fail_with_logs(msg, _fail=fail):
+        # The guest's side of the story: the SPICE service and the session agent (user manager, uid 1000).
+        try:
+            for cmd in ["journalctl -b -u guestlink-spice.service -o cat --no-pager | tail -40",
+                        "journalctl -b _UID=1000 -o cat --no-pager | grep -v '^$' | tail -40"]:
+                _, out = ctl.run(cmd)
+                log(f"guest: {cmd}\n{out}")
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            log(f"guest logs unavailable: {e}")
+        _fail(msg)
+    fail = fail_with_logs
     rc, out = ctl.run("echo control-ok")
     if rc != 0 or out.strip() != "control-ok":
         fail(f"control port: {rc} {out!r}")
     x = "runuser -u gltest -- env DISPLAY=:99"
-    gl = [args.guestlink, "--spice-socket", args.spice]
+    # TCG on a loaded host: give the agent more than the default 5 s to answer each new SPICE client.
+    gl = [args.guestlink, "--spice-socket", args.spice, "--connect-timeout", "30", "--agent-timeout", "30"]
 
     def guestlink(*a, timeout=60):
         return subprocess.run(gl + list(a), capture_output=True, text=True, timeout=timeout)
@@ -285,21 +299,36 @@ def spice_only(args):
 
     # Host -> guest clipboard: the host offers a text, the guest user pastes it from the X clipboard.
     text = "hello from the host ✓ (SPICE port only)"
-    setter = subprocess.Popen(gl + ["clipboard", "set", text, "--loops", "1", "--serve-timeout", "90"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def offer():
+        return subprocess.Popen(gl + ["clipboard", "set", text, "--loops", "1", "--serve-timeout", "120"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    setter = offer()
+    offers = 1
 
     def pasted():
+        nonlocal setter, offers
+        if setter.poll() not in (None, 0):
+            # The offer never reached the agent (e.g. it did not answer this client in time): offer again, as a
+            # SPICE client would on its next connection.
+            log(f"guestlink clipboard set exited {setter.returncode}: {setter.stderr.read().strip()[-300:]}; "
+                "offering again")
+            setter = offer()
+            offers += 1
         rc, out = ctl.run(f"{x} xclip -o -selection clipboard")
         return rc == 0 and out == text, (rc, out[:200])
-    poll("xclip -o in the guest to paste the host's text", pasted)
+    try:
+        poll("xclip -o in the guest to paste the host's text", pasted)
+    finally:
+        if setter.poll() is not None:
+            log(f"guestlink clipboard set exited {setter.returncode}: {setter.stderr.read().strip()[-500:]}")
     try:
         _, err = setter.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         setter.kill()
-        fail("guestlink clipboard set did not finish after the paste")
+        fail(f"guestlink clipboard set did not finish after the paste: {setter.communicate()[1]}")
     if setter.returncode != 0:
         fail(f"guestlink clipboard set failed: {err}")
-    log(f"clipboard host -> guest: xclip -o in the X session pasted {text!r}")
+    log(f"clipboard host -> guest: xclip -o in the X session pasted {text!r} (offers: {offers})")
 
     # Guest -> host clipboard: the guest user copies (xclip -i owns the X clipboard), the host reads it.
     gtext = "copied in the guest\nline two"
