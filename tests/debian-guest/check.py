@@ -315,7 +315,8 @@ def spice_only(args):
             setter = offer()
             offers += 1
         rc, out = ctl.run(f"{x} xclip -o -selection clipboard")
-        return rc == 0 and out == text, (rc, out[:200])
+        # the control port ends every output with a newline
+        return rc == 0 and out.removesuffix("\n") == text, (rc, out[:200])
     try:
         poll("xclip -o in the guest to paste the host's text", pasted)
     finally:
@@ -332,7 +333,8 @@ def spice_only(args):
 
     # Guest -> host clipboard: the guest user copies (xclip -i owns the X clipboard), the host reads it.
     gtext = "copied in the guest\nline two"
-    own = (f"printf '%s' '{gtext}' >/tmp/glclip && {x} setsid xclip -i -selection clipboard /tmp/glclip "
+    # one command line on the control port: the newline goes through printf's escape
+    own = (f"printf 'copied in the guest\\nline two' >/tmp/glclip && {x} setsid xclip -i -selection clipboard /tmp/glclip "
            ">/dev/null 2>&1 </dev/null &")
     rc, out = ctl.run(own)
     if rc != 0:
