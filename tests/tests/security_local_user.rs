@@ -74,6 +74,11 @@ fn start_target() -> Target {
             "--session-socket",
             session_socket.to_str().unwrap(),
             "--no-logind",
+            // The attacker's uid is the agent uid here, so its connections are served and the descriptors it
+            // passes are really received and then refused (not a sealed memfd): the paths findings 1 and 2 went
+            // through. A refused uid's connection is closed before anything is read (spice_daemon_guard.rs).
+            "--agent-uid",
+            ATTACKER,
             "--uinput-fake",
             uinput.to_str().unwrap(),
         ])
