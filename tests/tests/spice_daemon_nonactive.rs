@@ -30,9 +30,10 @@ use spice_common::daemon_peers::{send_raw, Agent, Daemon, Host, TIMEOUT};
 
 /// The unprivileged attacker.
 const NOBODY: u32 = 65534;
-/// Clipboard requests the attacker sends: more than its socket buffer, its 256-frame queue and a backlog (the
-/// old code stalled the port with such a backlog; above 1024 frames of backlog it dropped the agent at once).
-const FLOOD: usize = 800;
+/// Clipboard requests the attacker sends: more answers than its socket buffer (about 280 small frames with the
+/// default 208 KiB) and its 256-frame queue hold, so a backlog forms; the old code stalled the port for such a
+/// backlog, but dropped the agent at once above 1024 backlog frames, so the flood stays well under that.
+const FLOOD: usize = 1200;
 /// How long one MOUSE_STATE may take to reach the uinput file (the old code: up to the 30 s stall timeout).
 const MOUSE_DEADLINE: Duration = Duration::from_secs(2);
 /// How long the host's clipboard round trip with the active agent may take.
@@ -78,7 +79,9 @@ except ConnectionResetError:
 
 /// Open descriptors of process `pid`.
 fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 /// The `struct input_event` records of the fake uinput file from byte `from` on: (type, code, value).
@@ -99,7 +102,13 @@ fn input_records(file: &Path, from: usize) -> Vec<(u16, u16, i32)> {
 
 /// Sends MOUSE_STATE (`x`, `y`, no buttons) on the server port and waits for ABS_X `x` and ABS_Y `y` in the
 /// uinput file after byte `*from`; returns how long that took (or panics after [`MOUSE_DEADLINE`]).
-fn mouse_reaches_uinput(host: &mut Host, file: &Path, from: &mut usize, x: u32, y: u32) -> Duration {
+fn mouse_reaches_uinput(
+    host: &mut Host,
+    file: &Path,
+    from: &mut usize,
+    x: u32,
+    y: u32,
+) -> Duration {
     let mut m = Vec::new();
     for v in [x, y, 0] {
         m.extend_from_slice(&v.to_le_bytes());
@@ -109,7 +118,7 @@ fn mouse_reaches_uinput(host: &mut Host, file: &Path, from: &mut usize, x: u32, 
     send_raw(host, 2, MessageType::MouseState.as_u32(), &m);
     loop {
         let recs = input_records(file, *from);
-        let got = |code: u16, v: u32| recs.iter().any(|r| *r == (3, code, v as i32));
+        let got = |code: u16, v: u32| recs.contains(&(3, code, v as i32));
         if got(0, x) && got(1, y) {
             *from += recs.len() * 24;
             return t0.elapsed();
@@ -234,7 +243,10 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
         SessionMessage::Hello { session_id, .. } => Some(session_id.clone()),
         _ => None,
     });
-    assert_eq!(session_id, "c1", "guestlinkd did not place the agent through the fake logind");
+    assert_eq!(
+        session_id, "c1",
+        "guestlinkd did not place the agent through the fake logind"
+    );
     agent.send(&SessionMessage::Hello {
         version: session::SESSION_PROTOCOL_VERSION,
         session_id: String::new(),
@@ -306,7 +318,13 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
         let (mut n, mut slowest) = (0u32, Duration::ZERO);
         while t0.elapsed() < MOUSE_WINDOW {
             let x = 100 + round * 400 + n;
-            slowest = slowest.max(mouse_reaches_uinput(&mut host, &uinput, &mut from, x, 300 + n));
+            slowest = slowest.max(mouse_reaches_uinput(
+                &mut host,
+                &uinput,
+                &mut from,
+                x,
+                300 + n,
+            ));
             n += 1;
             std::thread::sleep(Duration::from_millis(50));
         }

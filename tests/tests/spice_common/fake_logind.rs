@@ -139,9 +139,7 @@ impl FakeLogind {
         let bus = BusDaemon(bus);
         // The address is printed once the bus listens.
         let mut line = String::new();
-        BufReader::new(out)
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(out).read_line(&mut line).unwrap();
         let address = line.trim().to_owned();
         assert!(!address.is_empty(), "dbus-daemon printed no address");
         let rt = tokio::runtime::Builder::new_multi_thread()
