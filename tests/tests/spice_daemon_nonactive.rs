@@ -44,8 +44,8 @@ const MOUSE_WINDOW: Duration = Duration::from_secs(3);
 const HANGUP_WAIT_S: u32 = 20;
 
 /// Reads its flood from stdin, connects as uid 65534, sends it and never reads; prints "flooded <how>", then,
-/// without reading, waits for guestlinkd to hang up: "closed eof" / "closed reset" (the connection was ended:
-/// EOF or ECONNRESET once the already-sent answers are drained) or "open".
+/// without reading, waits for guestlinkd to hang up: "closed eof N" / "closed reset N" (the connection was ended:
+/// EOF or ECONNRESET once the N bytes guestlinkd had already sent are drained) or "open".
 const ATTACKER: &str = r#"
 import select, socket, sys, time
 data = sys.stdin.buffer.read()
@@ -69,12 +69,16 @@ if not hup:
     print("open", flush=True)
     sys.exit(0)
 s.settimeout(5)
+got = 0
 try:
-    while s.recv(65536):
-        pass
-    print("closed eof", flush=True)
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += len(b)
+    print("closed eof", got, flush=True)
 except ConnectionResetError:
-    print("closed reset", flush=True)
+    print("closed reset", got, flush=True)
 "#;
 
 /// Open descriptors of process `pid`.
@@ -286,6 +290,13 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
     for _ in 0..FLOOD {
         flood.extend_from_slice(&request);
     }
+    let empty_answer = session::encode(&SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::None,
+        data: Vec::new(),
+    })
+    .unwrap()
+    .len();
 
     // Twice: the finding was "repeatable at once", and a leaked connection would show as fd growth.
     for round in 0..2u32 {
@@ -334,6 +345,13 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
         assert!(
             ended.starts_with("closed"),
             "the non-active agent's connection was not closed within {HANGUP_WAIT_S} s: {ended:?}"
+        );
+        // It was served before being dropped (not refused at connect): its hello and empty answers, at least
+        // what a socket buffer holds, were waiting for it.
+        let drained: usize = ended.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(
+            drained >= 100 * empty_answer,
+            "the attacker got only {drained} bytes: was it served as an agent of session c2 at all?"
         );
         let status = attacker.0[0].wait().unwrap();
         assert!(status.success(), "attacker: {status}");
