@@ -1,0 +1,181 @@
+//! A fake `org.freedesktop.login1` on a private dbus-daemon, for black-box guestlinkd tests that need logind
+//! (systemd-logind itself cannot run here: it needs systemd as PID 1 and real seats). Only what guestlinkd reads
+//! (guest-daemon/src/spice/logind.rs): Manager.GetSessionByPID / GetUserByPID, seat0's ActiveSession and the
+//! Session properties Id, User, Type, Class, Remote, LockedHint. The session set is fixed at start; `pids` maps
+//! processes to sessions and may change at any time. The unit test guest-daemon/src/spice/logind_tests.rs has a
+//! fuller fake (signals, lock changes) for the follower itself.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use zbus::zvariant::OwnedObjectPath;
+
+/// One fake session: id, owner uid, `Type`, `Class`.
+#[derive(Debug, Clone, Copy)]
+pub struct FakeSessionSpec {
+    pub id: &'static str,
+    pub uid: u32,
+    pub kind: &'static str,
+    pub class: &'static str,
+}
+
+fn path(p: &str) -> OwnedObjectPath {
+    OwnedObjectPath::try_from(p).unwrap()
+}
+
+fn session_path(id: &str) -> String {
+    format!("/org/freedesktop/login1/session/{id}")
+}
+
+type Pids = Arc<Mutex<HashMap<u32, String>>>;
+
+struct Manager(Pids);
+
+#[zbus::interface(name = "org.freedesktop.login1.Manager")]
+impl Manager {
+    #[zbus(name = "GetSessionByPID")]
+    fn get_session_by_pid(&self, pid: u32) -> zbus::fdo::Result<OwnedObjectPath> {
+        match self.0.lock().unwrap().get(&pid) {
+            Some(id) => Ok(path(&session_path(id))),
+            None => Err(zbus::fdo::Error::Failed("NoSessionForPID".into())),
+        }
+    }
+    #[zbus(name = "GetUserByPID")]
+    fn get_user_by_pid(&self, _pid: u32) -> zbus::fdo::Result<OwnedObjectPath> {
+        Err(zbus::fdo::Error::Failed("NoUserForPID".into()))
+    }
+}
+
+struct Session(FakeSessionSpec);
+
+#[zbus::interface(name = "org.freedesktop.login1.Session")]
+impl Session {
+    #[zbus(property)]
+    fn id(&self) -> String {
+        self.0.id.into()
+    }
+    #[zbus(property)]
+    fn user(&self) -> (u32, OwnedObjectPath) {
+        let uid = self.0.uid;
+        (uid, path(&format!("/org/freedesktop/login1/user/_{uid}")))
+    }
+    #[zbus(property, name = "Type")]
+    fn kind(&self) -> String {
+        self.0.kind.into()
+    }
+    #[zbus(property)]
+    fn class(&self) -> String {
+        self.0.class.into()
+    }
+    #[zbus(property)]
+    fn remote(&self) -> bool {
+        false
+    }
+    #[zbus(property)]
+    fn locked_hint(&self) -> bool {
+        false
+    }
+}
+
+struct Seat(&'static str);
+
+#[zbus::interface(name = "org.freedesktop.login1.Seat")]
+impl Seat {
+    #[zbus(property)]
+    fn active_session(&self) -> (String, OwnedObjectPath) {
+        (self.0.into(), path(&session_path(self.0)))
+    }
+}
+
+/// The dbus-daemon process, killed on drop.
+struct BusDaemon(Child);
+
+impl Drop for BusDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The private bus and the fake login1 on it. Field order: the server connection and its runtime are dropped
+/// before the bus daemon is killed.
+pub struct FakeLogind {
+    _server: zbus::Connection,
+    _rt: tokio::runtime::Runtime,
+    _bus: BusDaemon,
+    /// The bus address, for `DBUS_SYSTEM_BUS_ADDRESS`.
+    pub address: String,
+    /// pid → session id, read at every GetSessionByPID.
+    pids: Pids,
+}
+
+impl FakeLogind {
+    /// Starts `dbus-daemon` on a socket in `dir` (a config allowing everything, as the only clients are this
+    /// test and the guestlinkd it starts) and serves `sessions` with seat0's ActiveSession `active`.
+    pub fn start(dir: &Path, sessions: &[FakeSessionSpec], active: &'static str) -> FakeLogind {
+        let conf = dir.join("bus.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\" \
+                 \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n<busconfig><type>system</type>\
+                 <listen>unix:path={}</listen><auth>EXTERNAL</auth><policy context=\"default\">\
+                 <allow send_destination=\"*\"/><allow receive_sender=\"*\"/><allow own=\"*\"/></policy></busconfig>",
+                dir.join("bus").display()
+            ),
+        )
+        .unwrap();
+        let mut bus = Command::new(crate::spice_common::which("dbus-daemon").expect("dbus-daemon"))
+            .arg(format!("--config-file={}", conf.display()))
+            .args(["--nofork", "--print-address"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start dbus-daemon");
+        let out = bus.stdout.take().unwrap();
+        let bus = BusDaemon(bus);
+        // The address is printed once the bus listens.
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        let address = line.trim().to_owned();
+        assert!(!address.is_empty(), "dbus-daemon printed no address");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let pids: Pids = Arc::default();
+        let server = rt.block_on(async {
+            let mut b = zbus::connection::Builder::address(address.as_str())
+                .unwrap()
+                .name("org.freedesktop.login1")
+                .unwrap()
+                .serve_at("/org/freedesktop/login1", Manager(Arc::clone(&pids)))
+                .unwrap()
+                .serve_at("/org/freedesktop/login1/seat/seat0", Seat(active))
+                .unwrap();
+            for s in sessions {
+                b = b.serve_at(session_path(s.id), Session(*s)).unwrap();
+            }
+            tokio::time::timeout(crate::spice_common::TIMEOUT, b.build())
+                .await
+                .expect("connecting the fake logind timed out")
+                .expect("fake logind")
+        });
+        FakeLogind {
+            _server: server,
+            _rt: rt,
+            _bus: bus,
+            address,
+            pids,
+        }
+    }
+
+    /// Process `pid` belongs to session `id` from now on.
+    pub fn map_pid(&self, pid: u32, id: &str) {
+        self.pids.lock().unwrap().insert(pid, id.into());
+    }
+}
