@@ -10,6 +10,7 @@ mod spice_common;
 #[path = "session_x11_support.rs"]
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,6 +34,8 @@ impl Pulse {
         let runtime = dir.path().join("runtime");
         let home = dir.path().join("home");
         std::fs::create_dir_all(&runtime).expect("runtime");
+        // A real XDG_RUNTIME_DIR is private (0700); guestlink-session keeps its instance lock only in such a one.
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         std::fs::create_dir_all(&home).expect("home");
         let log = std::fs::File::create(dir.path().join("pulse.log")).expect("log");
         let child = Command::new("pulseaudio")

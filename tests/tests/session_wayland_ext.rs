@@ -10,6 +10,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -322,6 +323,10 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
+        // It is the agent's XDG_RUNTIME_DIR too, which must be private (0700) like a real one: guestlink-session
+        // refuses to keep its instance lock anywhere else.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
         let listener =
             ListeningSocket::bind_absolute(dir.path().join("wayland-ext")).expect("bind");
         let (jobs, rx) = mpsc::channel::<Job>();

@@ -8,6 +8,7 @@
 #[path = "session_wayland_support.rs"]
 mod support;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +50,8 @@ impl Mutter {
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = dir.path().join("rt");
         std::fs::create_dir(&rt).expect("rt");
+        // A real XDG_RUNTIME_DIR is private (0700); guestlink-session keeps its instance lock only in such a one.
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         let mut procs = Vec::new();
         // A free X display for the Xvfb that hosts the nested mutter.
         let base = 600 + (std::process::id() % 100) * 20;

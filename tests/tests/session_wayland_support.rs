@@ -289,6 +289,26 @@ impl Harness {
         for (k, v) in env {
             c.env(k, v);
         }
+        // The agent keeps its instance lock only in a private XDG_RUNTIME_DIR of its own uid (0700). When the
+        // compositor's runtime dir belongs to another uid (sway runs as 65534 under a root test), the agent gets
+        // a private one and reaches the compositor through an absolute WAYLAND_DISPLAY.
+        let xdg = env
+            .iter()
+            .find(|(k, _)| *k == "XDG_RUNTIME_DIR")
+            .map(|(_, v)| *v);
+        let foreign = xdg.is_some_and(|x| {
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(x).expect("XDG_RUNTIME_DIR"))
+                != nix::unistd::geteuid().as_raw()
+        });
+        if let (true, Some(x)) = (foreign, xdg) {
+            if let Some((_, wl)) = env.iter().find(|(k, _)| *k == "WAYLAND_DISPLAY") {
+                c.env("WAYLAND_DISPLAY", x.join(wl));
+            }
+            let own = dir.path().join("rt");
+            std::fs::create_dir(&own).expect("rt");
+            std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+            c.env("XDG_RUNTIME_DIR", own);
+        }
         let child = c.spawn().expect("spawning guestlink-session");
         let conn = Connection::accept(&listener, WAIT);
         let mut h = Harness { dir, conn, child };

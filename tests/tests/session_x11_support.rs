@@ -9,6 +9,7 @@
 pub mod common;
 
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -261,6 +262,8 @@ impl Harness {
         let sock = dir.path().join("session.sock");
         let runtime = dir.path().join("runtime");
         std::fs::create_dir(&runtime).expect("runtime dir");
+        // A real XDG_RUNTIME_DIR is private (0700); guestlink-session keeps its instance lock only in such a one.
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
         std::fs::create_dir(dir.path().join("downloads")).expect("downloads");
         let listener = UnixListener::bind(&sock).expect("bind");
         let log = std::fs::File::create(dir.path().join("session.log")).expect("log");

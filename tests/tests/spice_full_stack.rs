@@ -9,6 +9,7 @@
 
 mod spice_common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::process::{Command, Stdio};
 
@@ -65,6 +66,13 @@ fn start(link: Link) -> Option<SpiceEnv> {
             .expect("guestlinkd"),
     );
     wait_for("the session socket", || sock.exists());
+    // A real XDG_RUNTIME_DIR is private (0700); guestlink-session keeps its instance lock only in such a one.
+    std::fs::create_dir_all(dir.path().join("run")).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("run"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
     procs.0.push(
         Command::new(session)
             .arg("--socket")
