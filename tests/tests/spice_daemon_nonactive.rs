@@ -24,7 +24,7 @@ use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_logind::{FakeLogind, FakeSessionSpec};
-use guestlink_protocol::session::{self, GeometryMonitor, SessionMessage};
+use guestlink_protocol::session::{self, SessionMessage};
 use guestlink_protocol::vdagent::{ClipboardType, Message, MessageType, Port, Selection};
 use spice_common::daemon_peers::{send_raw, Agent, Daemon, Host, TIMEOUT};
 
@@ -251,20 +251,7 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
         session_id, "c1",
         "guestlinkd did not place the agent through the fake logind"
     );
-    agent.send(&SessionMessage::Hello {
-        version: session::SESSION_PROTOCOL_VERSION,
-        session_id: String::new(),
-        capabilities: vec![],
-    });
-    agent.send(&SessionMessage::Geometry {
-        monitors: vec![GeometryMonitor {
-            display_id: 0,
-            x: 0,
-            y: 0,
-            width: 1280,
-            height: 800,
-        }],
-    });
+    agent.reply_hello_and_geometry();
     // The port opens only for the active session's agent: this also proves seat0's ActiveSession was read.
     let mut host = Host::accept(&listener);
     host.handshake();

@@ -238,6 +238,12 @@ impl Agent {
             SessionMessage::Hello { capabilities, .. } => Some(capabilities.clone()),
             _ => None,
         });
+        self.reply_hello_and_geometry();
+        caps
+    }
+
+    /// Answers guestlinkd's hello and reports one 1280x800 monitor (what makes the port open for this agent).
+    pub fn reply_hello_and_geometry(&mut self) {
         self.send(&SessionMessage::Hello {
             version: session::SESSION_PROTOCOL_VERSION,
             session_id: String::new(),
@@ -252,7 +258,6 @@ impl Agent {
                 height: 800,
             }],
         });
-        caps
     }
 }
 
