@@ -13,7 +13,7 @@ mod spice_common;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use guestlink_protocol::session::SessionMessage;
@@ -67,13 +67,7 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
         .spawn()
         .expect("start guestlinkd");
     let mut daemon = Daemon(child);
-    let out = Command::new("setpriv")
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        // The system python, not a pyenv shim under /root that uid 65534 cannot run.
-        .arg(spice_common::which("python3").unwrap())
-        .args(["-c", ATTACKER])
+    let out = spice_common::python_as(NOBODY, ATTACKER)
         .arg(&socket)
         .stdin(Stdio::null())
         .output()

@@ -288,13 +288,7 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
     // Twice: the finding was "repeatable at once", and a leaked connection would show as fd growth.
     for round in 0..2u32 {
         let mut attacker = spice_common::Procs::default();
-        let mut child = Command::new("setpriv")
-            .arg(format!("--reuid={NOBODY}"))
-            .arg(format!("--regid={NOBODY}"))
-            .arg("--clear-groups")
-            // The system python, not a pyenv shim under /root that uid 65534 cannot run.
-            .arg(spice_common::which("python3").unwrap())
-            .args(["-c", ATTACKER])
+        let mut child = spice_common::python_as(NOBODY, ATTACKER)
             .arg(&socket)
             .arg(HANGUP_WAIT_S.to_string())
             .stdin(Stdio::piped())

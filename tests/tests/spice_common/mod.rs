@@ -46,6 +46,18 @@ pub fn guestlinkd_spice(dir: &Path, port: &Path, session_socket: &Path) -> Comma
 }
 
 /// Absolute path of a system program.
+/// `python3 -c SCRIPT` as `uid` (its own group, no supplementary groups) through setpriv: an attacker that is a
+/// real unprivileged user. The system python, not a pyenv shim under /root that such a uid cannot run.
+pub fn python_as(uid: u32, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(which("python3").expect("python3"))
+        .args(["-c", script]);
+    c
+}
+
 pub fn which(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         .iter()
