@@ -23,13 +23,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-BLOCK = ",".join([
-    "guest-fsfreeze-freeze", "guest-fsfreeze-freeze-list", "guest-fsfreeze-thaw", "guest-shutdown",
-    "guest-suspend-disk", "guest-suspend-ram", "guest-suspend-hybrid", "guest-set-time", "guest-fstrim",
-    "guest-set-user-password", "guest-set-vcpus", "guest-set-memory-blocks", "guest-ssh-add-authorized-keys",
-    "guest-ssh-remove-authorized-keys",
-])
+# The suite's one block list (tests/qemu-ga-blocked-rpcs.txt): one name per line, '#' comments.
+BLOCK = ",".join(
+    n for n in (l.split("#", 1)[0].strip()
+                for l in (Path(__file__).resolve().parents[2] / "tests/qemu-ga-blocked-rpcs.txt").read_text().splitlines())
+    if n
+)
 NAIVE_CHUNK = 4096
 
 

@@ -18,9 +18,6 @@ use common::mini_agent;
 use guestlink_protocol::qga::{JsonStreamer, QgaError};
 
 const QEMU_GA: &str = "/usr/sbin/qemu-ga";
-const BLOCKED: &str = "guest-fsfreeze-freeze,guest-fsfreeze-freeze-list,guest-fsfreeze-thaw,guest-shutdown,\
-guest-suspend-disk,guest-suspend-ram,guest-suspend-hybrid,guest-set-time,guest-fstrim,guest-set-user-password,\
-guest-set-vcpus,guest-set-memory-blocks,guest-ssh-add-authorized-keys,guest-ssh-remove-authorized-keys";
 
 /// Commands qemu-ga 7.2 does not know (added later upstream).
 const NOT_IN_7_2: &[&str] = &["guest-get-load", "guest-network-get-route"];
@@ -42,11 +39,10 @@ impl Drop for Agent {
 fn start_agent(tag: &str) -> Option<(Agent, UnixStream)> {
     if !Path::new(QEMU_GA).exists() {
         // Under CI's gates the byte-for-byte comparison must run: a missing qemu-ga is a failure, not a skip.
-        assert!(
-            std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_none(),
-            "{QEMU_GA} is not installed but GUESTLINK_REQUIRE_PEERS is set (apt-get install qemu-guest-agent)"
+        guestlink_tests::gate::skip(
+            guestlink_tests::gate::Gate::Peers,
+            &format!("{QEMU_GA} not installed (apt-get install qemu-guest-agent)"),
         );
-        eprintln!("\n*** SKIPPED: {QEMU_GA} not installed ***\n");
         return None;
     }
     let dir = std::env::temp_dir().join(format!("guestlink-qga-diff-{}-{tag}", std::process::id()));
@@ -58,7 +54,8 @@ fn start_agent(tag: &str) -> Option<(Agent, UnixStream)> {
         .arg(&sock)
         .arg("-t")
         .arg(dir.join("state"))
-        .args(["-b", BLOCKED])
+        .arg("-b")
+        .arg(guestlink_tests::agent::dangerous_list())
         .env("QGA_CONF", dir.join("none.conf"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -86,7 +83,7 @@ fn model(s: &mut JsonStreamer, input: &[u8]) -> Vec<u8> {
         s,
         input,
         |name| {
-            if BLOCKED.split(',').any(|b| b == name) {
+            if guestlink_tests::agent::DANGEROUS.contains(&name) {
                 Some(QgaError::disabled(name, None))
             } else if NOT_IN_7_2.contains(&name) {
                 Some(QgaError::not_found(name))

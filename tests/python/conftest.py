@@ -13,7 +13,7 @@ def agent(request):
     if kind == "qemu-ga":
         binary = qga_agents.qemu_ga_path()
         if binary is None:
-            if os.environ.get("GUESTLINK_REQUIRE_PEERS"):
+            if qga_agents.gate_on("GUESTLINK_REQUIRE_PEERS"):
                 pytest.fail("qemu-ga is not installed but GUESTLINK_REQUIRE_PEERS is set")
             pytest.skip("*** qemu-ga is not installed (apt-get install qemu-guest-agent) ***")
     else:

@@ -13,14 +13,21 @@ import tempfile
 import time
 from pathlib import Path
 
-DANGEROUS = [
-    "guest-fsfreeze-freeze", "guest-fsfreeze-freeze-list", "guest-fsfreeze-thaw", "guest-shutdown",
-    "guest-suspend-disk", "guest-suspend-ram", "guest-suspend-hybrid", "guest-set-time", "guest-fstrim",
-    "guest-set-user-password", "guest-set-vcpus", "guest-set-memory-blocks", "guest-ssh-add-authorized-keys",
-    "guest-ssh-remove-authorized-keys",
-]
-
 WORKSPACE = Path(__file__).resolve().parents[2]
+
+
+def blocked_rpcs(path=WORKSPACE / "tests" / "qemu-ga-blocked-rpcs.txt"):
+    """The suite's one block list (tests/qemu-ga-blocked-rpcs.txt, also read by the Rust harness and the benchmarks)."""
+    names = (line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines())
+    return [n for n in names if n]
+
+
+def gate_on(var="GUESTLINK_REQUIRE_PEERS"):
+    """The Rust harness's gate rule (tests/src/gate.rs): on when set to anything but "" or "0"."""
+    return os.environ.get(var, "") not in ("", "0")
+
+
+DANGEROUS = blocked_rpcs()
 _built = {}
 
 

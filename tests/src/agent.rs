@@ -8,7 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -17,23 +17,20 @@ use serde_json::Value;
 
 use crate::client::Client;
 
+/// The block list file shared with the Python tests and the benchmarks (`tests/qemu-ga-blocked-rpcs.txt`).
+const BLOCKED_RPCS_FILE: &str = include_str!("../qemu-ga-blocked-rpcs.txt");
+
 /// Commands that act on the machine the agent runs on; blocked on every agent this suite starts.
-pub const DANGEROUS: &[&str] = &[
-    "guest-fsfreeze-freeze",
-    "guest-fsfreeze-freeze-list",
-    "guest-fsfreeze-thaw",
-    "guest-shutdown",
-    "guest-suspend-disk",
-    "guest-suspend-ram",
-    "guest-suspend-hybrid",
-    "guest-set-time",
-    "guest-fstrim",
-    "guest-set-user-password",
-    "guest-set-vcpus",
-    "guest-set-memory-blocks",
-    "guest-ssh-add-authorized-keys",
-    "guest-ssh-remove-authorized-keys",
-];
+pub static DANGEROUS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| parse_block_list(BLOCKED_RPCS_FILE));
+
+/// The names in a block-list file: one per line, `#` comments and blank lines ignored.
+pub fn parse_block_list(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
 
 /// The comma-separated block list passed with `-b` / `block-rpcs=`.
 pub fn dangerous_list() -> String {
@@ -70,21 +67,16 @@ pub fn qemu_ga_path() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// Whether a missing reference peer must fail instead of skip (CI sets `GUESTLINK_REQUIRE_PEERS`).
-pub fn peers_required() -> bool {
-    std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_some()
-}
-
 /// Returns the binary for `kind`, or `None` (after a loud message) when the reference peer is missing and allowed to be.
 pub fn binary(kind: AgentKind) -> Option<PathBuf> {
     match kind {
         AgentKind::QemuGa => match qemu_ga_path() {
             Some(p) => Some(p),
-            None if peers_required() => {
-                panic!("qemu-ga is not installed but GUESTLINK_REQUIRE_PEERS is set")
-            }
             None => {
-                eprintln!("\n*** SKIPPED: qemu-ga is not installed (apt-get install qemu-guest-agent) ***\n");
+                crate::gate::skip(
+                    crate::gate::Gate::Peers,
+                    "qemu-ga is not installed (apt-get install qemu-guest-agent)",
+                );
                 None
             }
         },

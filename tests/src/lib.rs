@@ -1,11 +1,26 @@
-//! Shared helpers for guestlink's integration tests: starting `qemu-ga` / `guestlinkd` safely ([`agent`]), a
-//! black-box QGA client ([`client`]) and reply-shape comparison for the differential test ([`shape`]).
+//! The one harness library of guestlink's integration tests (every file in `tests/tests/` is a test target and
+//! takes its helpers from here):
+//!
+//! | module | what it gives a test |
+//! |---|---|
+//! | [`gate`] | whether a missing peer skips or fails (`GUESTLINK_REQUIRE_*`): the only skip logic |
+//! | [`agent`], [`client`], [`shape`] | qemu-ga / guestlinkd started safely (block list), a QGA client, reply shapes |
+//! | [`bins`] | the workspace binaries under test |
+//! | [`vm`] | the QEMU micro-VM (`tests/vm/`) |
+//! | [`session`], [`x11`], [`wayland`] | guestlink-session against Xvfb/Xorg or a headless compositor |
+//! | [`spice`] | SPICE end-to-end: relay, host/agent peers, fake login1 |
 #![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod bins;
 pub mod client;
+pub mod gate;
+pub mod session;
 pub mod shape;
+pub mod spice;
+pub mod vm;
+pub mod wayland;
+pub mod x11;
 
 pub use agent::{Agent, AgentKind};
 pub use client::{error_of, Client};

@@ -68,12 +68,10 @@ fn missing_prerequisite() -> Option<String> {
 #[test]
 fn guest_package_in_debian_guest() {
     if let Some(reason) = missing_prerequisite() {
-        let msg = format!("debian_guest: SKIPPED: {reason}");
-        assert!(
-            std::env::var("GUESTLINK_REQUIRE_VM").as_deref() != Ok("1"),
-            "{msg} (GUESTLINK_REQUIRE_VM=1 forbids skipping)"
+        guestlink_tests::gate::skip(
+            guestlink_tests::gate::Gate::Vm,
+            &format!("debian_guest: {reason}"),
         );
-        eprintln!("\n*** {msg} ***\n");
         return;
     }
     let started = Instant::now();

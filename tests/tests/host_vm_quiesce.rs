@@ -6,8 +6,7 @@
 //! `GUESTLINK_REQUIRE_VM=1`; `GUESTLINK_VM_AGENT=qemu-ga` runs it against Debian's qemu-ga in the guest).
 #![forbid(unsafe_code)]
 
-#[path = "../vm/harness.rs"]
-mod harness;
+use guestlink_tests::vm as harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::peers_required;
+use guestlink_tests::gate::{self, Gate};
 use guestlink_tests::{Agent, AgentKind};
 use serde_json::json;
 
@@ -31,17 +31,10 @@ const VICTIM: u32 = 64990;
 
 /// Whether the attacker can be created (root); `false` after a loud message when that is allowed to be missing.
 fn can_drop_privileges(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() && which("setpriv").is_some() {
-        return true;
-    }
-    assert!(
-        !peers_required(),
-        "{test}: needs root and setpriv (GUESTLINK_REQUIRE_PEERS is set)"
-    );
-    eprintln!(
-        "\n*** SKIPPED {test}: needs root and setpriv to run the attacker as another uid ***\n"
-    );
-    false
+    gate::require_root(
+        Gate::Peers,
+        &format!("{test} runs the attacker as another uid"),
+    ) && gate::require_tools(Gate::Peers, &["setpriv"], "util-linux")
 }
 
 fn which(tool: &str) -> Option<PathBuf> {

@@ -13,7 +13,7 @@
 //!   (MSG_CTRUNC); afterwards the daemon's open descriptors return to their baseline and `guest-file-open` still
 //!   works.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::{peers_required, Agent, AgentKind};
+use guestlink_tests::agent::{Agent, AgentKind};
+use guestlink_tests::gate::{self, Gate};
 use serde_json::{json, Value};
 
 /// The unprivileged uid/gid the attacker runs as.
@@ -34,21 +35,13 @@ const PYTHON: &str = "/usr/bin/python3";
 
 /// Root, `setpriv`, `prlimit` and the system Python: else a loud skip (a failure under GUESTLINK_REQUIRE_PEERS).
 fn attack_tools() -> Option<()> {
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            !peers_required(),
-            "the local-user attack tests need root (to drop to uid {ATTACKER}) under GUESTLINK_REQUIRE_PEERS"
+    let ok = gate::require_root(Gate::Peers, &format!("the attacker runs as uid {ATTACKER}"))
+        && gate::require_tools(
+            Gate::Peers,
+            &["setpriv", "prlimit", PYTHON],
+            "util-linux python3",
         );
-        eprintln!("\n*** SKIPPED: not root, cannot run the attacker as another uid ***\n");
-        return None;
-    }
-    spice_common::peers(&["setpriv", "prlimit"])?;
-    if !Path::new(PYTHON).exists() {
-        assert!(!peers_required(), "{PYTHON} missing (see .ci/apt.d)");
-        eprintln!("\n*** SKIPPED: {PYTHON} missing ***\n");
-        return None;
-    }
-    Some(())
+    ok.then_some(())
 }
 
 /// guestlinkd with both sides, and the world-reachable directory of its session socket.
@@ -373,8 +366,11 @@ fn fd_flood_leaks_no_descriptor() {
 #[test]
 fn spice_side_runs_without_a_qga_port() {
     let port = Path::new("/dev/virtio-ports/org.qemu.guest_agent.0");
-    if port.exists() {
-        eprintln!("\n*** SKIPPED: this machine has a real QGA port ***\n");
+    if !gate::require_or_skip(
+        Gate::Peers,
+        !port.exists(),
+        "this machine has a real QGA port, so the no-port case cannot be shown here",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -6,9 +6,8 @@
 //! Run: `cargo test -p guestlink-tests --test session_audio` (needs pulseaudio, pulseaudio-utils; listed in
 //! `.ci/apt.d/session.txt`).
 
-mod spice_common;
-#[path = "session_x11_support.rs"]
-mod support;
+use guestlink_tests::spice as spice_common;
+use guestlink_tests::x11 as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_ext`. Needs nothing outside Rust.
 
-#[path = "session_wayland_support.rs"]
-mod support;
+use guestlink_tests::wayland as support;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};

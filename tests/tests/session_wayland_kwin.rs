@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_kwin` (needs kwin-wayland, dbus, wl-clipboard).
 
-#[path = "session_wayland_support.rs"]
-mod support;
+use guestlink_tests::wayland as support;
 
 use std::path::Path;
 

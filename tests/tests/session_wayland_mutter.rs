@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_mutter` (needs mutter, Xvfb, dbus-daemon, gdbus).
 
-#[path = "session_wayland_support.rs"]
-mod support;
+use guestlink_tests::wayland as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -4,8 +4,7 @@
 //! Run: `cargo test -p guestlink-tests --test session_wayland_sway -- --nocapture` (needs sway, wl-clipboard;
 //! as root also setpriv: sway refuses to run as root, so the harness runs it as uid 65534).
 
-#[path = "session_wayland_support.rs"]
-mod support;
+use guestlink_tests::wayland as support;
 
 use std::time::Instant;
 

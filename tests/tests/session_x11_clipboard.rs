@@ -5,8 +5,7 @@
 //! and answers REQUESTs with the data (INCR read for 16 MiB), honours the max-clipboard cap and sends a RELEASE
 //! when the owner goes away. Run: `cargo test -p guestlink-tests --test session_x11_clipboard`.
 
-#[path = "session_x11_support.rs"]
-mod support;
+use guestlink_tests::x11 as support;
 
 use std::time::Instant;
 

@@ -2,8 +2,7 @@
 //! received files (conflicts, traversal, cancel, incomplete transfers, free space), the single-instance guard and
 //! reconnection. Run: `cargo test -p guestlink-tests --test session_x11_desktop`.
 
-#[path = "session_x11_support.rs"]
-mod support;
+use guestlink_tests::x11 as support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon`.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

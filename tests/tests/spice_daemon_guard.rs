@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_guard`.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -11,10 +11,9 @@
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_nonactive` (as root: the attacker drops to uid
 //! 65534 with setpriv). Needs dbus-daemon, python3 and setpriv (.ci/apt.d/spice.txt).
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
-#[path = "spice_common/fake_logind.rs"]
-mod fake_logind;
+use guestlink_tests::spice::fake_logind;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

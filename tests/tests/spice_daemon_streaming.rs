@@ -10,7 +10,7 @@
 //!
 //! Run: `cargo build -p guestlink-daemon && cargo test -p guestlink-tests --test spice_daemon_streaming`.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::fs::File;
 use std::io::{IoSlice, Read, Write};

@@ -7,7 +7,7 @@
 //! Needs xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
 //! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_full_stack`.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;

@@ -10,7 +10,7 @@
 //! Needs spice-vdagent, xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
 //! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_host_vdagent`.
 
-mod spice_common;
+use guestlink_tests::spice as spice_common;
 
 use std::os::unix::net::UnixListener;
 use std::process::Command;

@@ -10,8 +10,7 @@
 //! `GUESTLINK_REQUIRE_LIBVIRT=1` or `GUESTLINK_REQUIRE_VM=1` (opt out with `GUESTLINK_REQUIRE_LIBVIRT=0`).
 #![forbid(unsafe_code)]
 
-#[path = "../vm/harness.rs"]
-mod harness;
+use guestlink_tests::vm as harness;
 
 use harness::{Control, VmEnv};
 use serde_json::Value;
@@ -74,21 +73,11 @@ fn libvirt_gate(env: &VmEnv) -> Option<Libvirt> {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
                 Err(e) => e.to_string(),
             };
-            let msg = format!("vm_libvirt: qemu:///system not available: {}", why.trim());
-            // Required with GUESTLINK_REQUIRE_LIBVIRT=1, or with GUESTLINK_REQUIRE_VM=1 unless
-            // GUESTLINK_REQUIRE_LIBVIRT=0 opts out.
-            let var = |k: &str| std::env::var(k).ok();
-            let required = match var("GUESTLINK_REQUIRE_LIBVIRT").as_deref() {
-                Some("1") => true,
-                Some("0") => false,
-                _ => var("GUESTLINK_REQUIRE_VM").as_deref() == Some("1"),
-            };
-            if required {
-                panic!(
-                    "libvirt required (GUESTLINK_REQUIRE_LIBVIRT / GUESTLINK_REQUIRE_VM): {msg}"
-                );
-            }
-            eprintln!("\n*** SKIP {msg} ***\n");
+            // Gate::Libvirt follows GUESTLINK_REQUIRE_VM unless GUESTLINK_REQUIRE_LIBVIRT is set (0 opts out).
+            guestlink_tests::gate::skip(
+                guestlink_tests::gate::Gate::Libvirt,
+                &format!("vm_libvirt: qemu:///system not available: {}", why.trim()),
+            );
             None
         }
     }

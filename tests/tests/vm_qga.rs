@@ -9,8 +9,7 @@
 //! `/mnt/bind`). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
 #![forbid(unsafe_code)]
 
-#[path = "../vm/harness.rs"]
-mod harness;
+use guestlink_tests::vm as harness;
 
 use harness::{AgentKind, Qga, Vm, REPLY_TIMEOUT};
 use serde_json::{json, Value};

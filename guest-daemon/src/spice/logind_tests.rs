@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use guestlink_tests::gate::Gate as PeerGate;
 use tokio::sync::{oneshot, watch};
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
@@ -167,12 +168,11 @@ impl FakeSeat {
 }
 
 fn start_bus(dir: &std::path::Path) -> Option<(Bus, String)> {
-    if !std::path::Path::new("/usr/bin/dbus-daemon").exists() {
-        assert!(
-            std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_none(),
-            "dbus-daemon missing but GUESTLINK_REQUIRE_PEERS is set"
-        );
-        eprintln!("\n*** SKIPPED: dbus-daemon not installed (package dbus) ***\n");
+    if !guestlink_tests::gate::require_tools(
+        PeerGate::Peers,
+        &["/usr/bin/dbus-daemon"],
+        "package dbus",
+    ) {
         return None;
     }
     let sock = dir.join("bus");
@@ -534,8 +534,7 @@ async fn identify_our_own_peer_through_logind() {
 /// A peer that is not root must own its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identify_requires_the_session_owner() {
-    if !nix::unistd::getuid().is_root() {
-        eprintln!("\n*** SKIPPED: needs root to run a peer as another uid ***\n");
+    if !guestlink_tests::gate::require_root(PeerGate::Peers, "a peer runs as another uid") {
         return;
     }
     let Some(fake) = Fake::start().await else {

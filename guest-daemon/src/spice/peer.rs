@@ -199,18 +199,17 @@ pub(crate) mod testing {
 
     impl ChildPeer {
         /// Starts a child (as `uid` if given) connecting to a fresh socket in `dir`; `None` (skipped) without
-        /// python3 unless GUESTLINK_REQUIRE_PEERS is set.
+        /// python3 unless the peers gate is on (`guestlink_tests::gate`).
         pub fn start(dir: &std::path::Path, uid: Option<u32>) -> Option<Self> {
             // Not a pyenv shim under /root: the child may run as another uid.
             let python = ["/usr/bin/python3", "python3"]
                 .into_iter()
                 .find(|p| Command::new(p).arg("-c").arg("").status().is_ok());
             let Some(python) = python else {
-                assert!(
-                    std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_none(),
-                    "python3 missing but GUESTLINK_REQUIRE_PEERS is set"
+                guestlink_tests::gate::skip(
+                    guestlink_tests::gate::Gate::Peers,
+                    "python3 not installed",
                 );
-                eprintln!("\n*** SKIPPED: python3 not installed ***\n");
                 return None;
             };
             let path = dir.join(format!("peer-{}.sock", uid.unwrap_or(0)));

@@ -22,6 +22,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const SPICE_GTK_CAPS: u32 = 0x0003_5077;
 
 /// The guestlinkd process, killed on drop.
+#[derive(Debug)]
 pub struct Daemon(pub Child);
 
 impl Drop for Daemon {
@@ -38,6 +39,7 @@ impl Daemon {
 }
 
 /// The host end of the port.
+#[derive(Debug)]
 pub struct Host {
     pub s: UnixStream,
     pub reasm: Reassembler,
@@ -162,6 +164,7 @@ impl Host {
 }
 
 /// The in-test session agent.
+#[derive(Debug)]
 pub struct Agent {
     pub s: UnixStream,
     pub dec: FrameDecoder,
@@ -262,6 +265,7 @@ impl Agent {
 }
 
 /// A guestlinkd on a temporary directory: port listener, session socket, `--uinput-fake` file.
+#[derive(Debug)]
 pub struct Setup {
     pub dir: tempfile::TempDir,
     pub daemon: Daemon,

@@ -1,7 +1,6 @@
-//! Helpers shared by the `session_x11_*` and `session_wayland_*` harnesses (included from
-//! `session_x11_support.rs` / `session_wayland_support.rs` with `#[path]`): the peer check, the
+//! Helpers shared by the `session_x11_*` and `session_wayland_*` harnesses ([`crate::x11`], [`crate::wayland`]):
+//! the peer check, the
 //! `guestlink-session` binary, and the fake guestlinkd's end of the session socket.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -10,37 +9,22 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use crate::gate::Gate;
 use guestlink_protocol::session::{encode, FrameDecoder, SessionMessage};
-use guestlink_tests::agent::peers_required;
 
 /// Whether `tools` exist; skips (prints `apt_hint`) or panics under GUESTLINK_REQUIRE_PEERS (naming the
 /// `.ci/apt.d/<apt_list>` file that installs them).
 pub fn tools_present(tools: &[&str], apt_list: &str, apt_hint: &str) -> bool {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t} >/dev/null")])
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if peers_required() {
-        panic!(
-            "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (apt-get install $(grep -v '^#' .ci/apt.d/{apt_list}))"
-        );
-    }
-    eprintln!("\n*** SKIPPED: missing {missing:?} (apt-get install {apt_hint}) ***\n");
-    false
+    crate::gate::require_tools(
+        Gate::Peers,
+        tools,
+        &format!("apt-get install {apt_hint}; CI installs .ci/apt.d/{apt_list}"),
+    )
 }
 
 /// `guestlink-session`: `$GUESTLINK_SESSION`, else built once per test process.
 pub fn session_binary() -> &'static PathBuf {
-    guestlink_tests::bins::session_path()
+    crate::bins::session_path()
 }
 
 /// Runs `c` (stdout captured, stderr discarded, `stdin` fed or null) with a deadline of `wait`; `None` when it

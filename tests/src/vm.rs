@@ -1,4 +1,4 @@
-//! QEMU micro-VM harness for the `vm_*` integration tests (included with `#[path]`).
+//! QEMU micro-VM harness for the `vm_*` integration tests.
 //!
 //! Boots `tests/vm/launch --exec` (QEMU under TCG) with an initramfs from `tests/vm/build-initramfs`, and gives
 //! the tests three host-side channels into the guest:
@@ -6,11 +6,12 @@
 //! - [`Qmp`]: QEMU's monitor, with a reader thread that records every event (VSERPORT_CHANGE, SHUTDOWN);
 //! - [`Vm::guest`]: the test control port `org.guestlink.test.0`, a shell loop inside the guest.
 //!
-//! Gate: without qemu-system-x86_64, a kernel, busybox-static or the agent binary the tests print a loud SKIP
-//! and pass, unless `GUESTLINK_REQUIRE_VM=1` (CI) turns that into a failure.
-#![allow(dead_code)]
+//! Gate ([`crate::gate`], [`Gate::Vm`]): without qemu-system-x86_64, a kernel, busybox-static or the agent binary
+//! the tests print a loud skip and pass, unless `GUESTLINK_REQUIRE_VM` (CI) turns that into a failure.
 
 use serde_json::{json, Value};
+
+use crate::gate::Gate;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -114,11 +115,13 @@ pub fn gate(test: &str) -> Option<VmEnv> {
             vm_dir,
         });
     }
-    let msg = format!("{test}: missing {}", missing.join(", "));
-    if std::env::var("GUESTLINK_REQUIRE_VM").as_deref() == Ok("1") {
-        panic!("GUESTLINK_REQUIRE_VM=1 but the micro-VM cannot run: {msg}");
-    }
-    eprintln!("\n*** SKIP {msg} (set GUESTLINK_REQUIRE_VM=1 to fail instead) ***\n");
+    crate::gate::skip(
+        Gate::Vm,
+        &format!(
+            "{test}: the micro-VM cannot run: missing {}",
+            missing.join(", ")
+        ),
+    );
     None
 }
 
@@ -136,14 +139,9 @@ pub fn qemu_ga_env(env: &VmEnv) -> Option<VmEnv> {
             vm_dir: env.vm_dir.clone(),
         }),
         None => {
-            let required = std::env::var("GUESTLINK_REQUIRE_VM").as_deref() == Ok("1")
-                || std::env::var_os("GUESTLINK_REQUIRE_PEERS").is_some();
-            assert!(
-                !required,
-                "qemu-ga is not installed (apt-get install qemu-guest-agent)"
-            );
-            eprintln!(
-                "\n*** SKIP: qemu-ga is not installed (apt-get install qemu-guest-agent) ***\n"
+            crate::gate::skip(
+                Gate::Vm,
+                "qemu-ga is not installed (apt-get install qemu-guest-agent)",
             );
             None
         }

@@ -1,6 +1,5 @@
 //! Helpers shared by the SPICE end-to-end tests: binaries, peer checks, process guard, Xvfb, and the
 //! QEMU-chardev-like relay between a guest port socket and `chardev.sock`.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -9,9 +8,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::peers_required;
+use crate::gate::Gate;
 
 pub mod daemon_peers;
+pub mod fake_logind;
 
 /// Generous bound for anything on a loaded 2-core machine.
 /// Generous: CI machines have 2 cores and run other tests alongside.
@@ -19,19 +19,19 @@ pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `guestlink` (`$GUESTLINK_BIN` or built).
 pub fn guestlink_bin() -> &'static PathBuf {
-    guestlink_tests::bins::guestlink_path()
+    crate::bins::guestlink_path()
 }
 
 /// `guestlink-session` (`$GUESTLINK_SESSION_BIN` or built).
 pub fn session_bin() -> &'static PathBuf {
-    guestlink_tests::bins::session_path()
+    crate::bins::session_path()
 }
 
 /// guestlinkd as the SPICE tests run it: SPICE side only (`-m none`), no logind, in the foreground, its state
 /// in `dir/state` (created here) and the fake uinput at `dir/uinput`, serving `port` and `session_socket`.
 pub fn guestlinkd_spice(dir: &Path, port: &Path, session_socket: &Path) -> Command {
     std::fs::create_dir_all(dir.join("state")).unwrap();
-    let mut cmd = Command::new(guestlink_tests::agent::guestlinkd_path());
+    let mut cmd = Command::new(crate::agent::guestlinkd_path());
     cmd.args(["-m", "none", "--foreground", "--no-logind"])
         .arg("-t")
         .arg(dir.join("state"))
@@ -72,19 +72,16 @@ pub fn peers(names: &[&str]) -> Option<()> {
         .copied()
         .filter(|n| which(n).is_none())
         .collect();
-    if missing.is_empty() {
-        return Some(());
-    }
-    assert!(
-        !peers_required(),
-        "missing {missing:?} but GUESTLINK_REQUIRE_PEERS is set (see .ci/apt.d/spice.txt)"
-    );
-    eprintln!("\n*** SKIPPED: {missing:?} not installed (see .ci/apt.d/spice.txt) ***\n");
-    None
+    crate::gate::require_or_skip(
+        Gate::Peers,
+        missing.is_empty(),
+        &format!("{missing:?} not installed (see .ci/apt.d/spice.txt)"),
+    )
+    .then_some(())
 }
 
 /// Child processes killed (by their own pid) on drop, newest first.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Procs(pub Vec<Child>);
 
 impl Drop for Procs {
@@ -203,6 +200,7 @@ pub fn payload(len: usize) -> Vec<u8> {
 
 /// A started guest side, seen from the host: `guestlink --spice-socket <spice_socket>` and X clients on `display`.
 /// Dropping it drops `dir` first, then kills `procs`.
+#[derive(Debug)]
 pub struct SpiceEnv {
     /// The test's files (sockets, logs, payloads).
     pub dir: tempfile::TempDir,

@@ -91,6 +91,7 @@ impl Seat {
 }
 
 /// The dbus-daemon process, killed on drop.
+#[derive(Debug)]
 struct BusDaemon(Child);
 
 impl Drop for BusDaemon {
@@ -102,6 +103,7 @@ impl Drop for BusDaemon {
 
 /// The private bus and the fake login1 on it. Field order: the server connection and its runtime are dropped
 /// before the bus daemon is killed.
+#[derive(Debug)]
 pub struct FakeLogind {
     _server: zbus::Connection,
     _rt: tokio::runtime::Runtime,
@@ -128,7 +130,7 @@ impl FakeLogind {
             ),
         )
         .unwrap();
-        let mut bus = Command::new(crate::spice_common::which("dbus-daemon").expect("dbus-daemon"))
+        let mut bus = Command::new(crate::spice::which("dbus-daemon").expect("dbus-daemon"))
             .arg(format!("--config-file={}", conf.display()))
             .args(["--nofork", "--print-address"])
             .stdin(Stdio::null())
@@ -160,7 +162,7 @@ impl FakeLogind {
             for s in sessions {
                 b = b.serve_at(session_path(s.id), Session(*s)).unwrap();
             }
-            tokio::time::timeout(crate::spice_common::TIMEOUT, b.build())
+            tokio::time::timeout(crate::spice::TIMEOUT, b.build())
                 .await
                 .expect("connecting the fake logind timed out")
                 .expect("fake logind")

@@ -1,12 +1,10 @@
-//! Shared harness of the `session_x11_*` tests (included with `#[path]`; as its own test target it is empty):
+//! Shared harness of the `session_x11_*` tests:
 //! a private Xvfb per test, `guestlink-session` started against it, and a fake guestlinkd on a unix socket that
 //! speaks `guestlink_protocol::session` (it stands in for guestlinkd's session socket).
 //!
 //! Missing tools (Xvfb, xclip, xrandr) skip loudly, or fail when `GUESTLINK_REQUIRE_PEERS` is set.
-#![allow(dead_code)]
 
-#[path = "session_common/mod.rs"]
-pub mod common;
+pub use crate::session as common;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -17,10 +15,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use guestlink_protocol::session::SessionMessage;
-use guestlink_tests::agent::peers_required;
 
+use crate::session::Connection;
 pub use common::session_binary;
-use common::Connection;
 
 /// Generous timeout for one expected message on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -82,12 +79,9 @@ impl Xvfb {
             .find(|p| std::path::Path::new(p).exists());
         let driver = std::path::Path::new("/usr/lib/xorg/modules/drivers/dummy_drv.so").exists();
         let Some(xorg) = xorg.filter(|_| driver) else {
-            assert!(
-                !peers_required(),
-                "Xorg or its dummy driver is missing but GUESTLINK_REQUIRE_PEERS is set (.ci/apt.d/session.txt)"
-            );
-            eprintln!(
-                "\n*** SKIPPED: apt-get install xserver-xorg-core xserver-xorg-video-dummy ***\n"
+            crate::gate::skip(
+                crate::gate::Gate::Peers,
+                "Xorg or its dummy driver is missing (apt-get install xserver-xorg-core xserver-xorg-video-dummy)",
             );
             return None;
         };

@@ -2,7 +2,7 @@
 # usage: [PROFILE=release] measure.sh guestlink|vdagent — 64 MiB send-file through socat (one guest port, one host
 # client) into guestlinkd + guestlink-session, or into the reference spice-vdagentd + spice-vdagent, on Xvfb.
 set -u
-RUN=$(mktemp -d); B=$(cd "$(dirname "$0")/../../.." && pwd)/target/${PROFILE:-debug}
+RUN=$(mktemp -d); B=$(cd "$(dirname "$0")/../.." && pwd)/target/${PROFILE:-debug}
 Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>$RUN/dpy 2>/dev/null & XP=$!
 while [ ! -s $RUN/dpy ]; do sleep 0.05; done; export DISPLAY=:$(cat $RUN/dpy)
 mkdir -p $RUN/home/Downloads $RUN/home/.config $RUN/state $RUN/run

@@ -1,12 +1,10 @@
-//! Shared harness of the `session_wayland_*` tests (included with `#[path]`; as its own test target it is empty):
+//! Shared harness of the `session_wayland_*` tests:
 //! a private headless sway per test, `guestlink-session` started against a Wayland socket, and a fake guestlinkd
 //! on a unix socket that speaks `guestlink_protocol::session`.
 //!
 //! Missing tools skip loudly, or fail when `GUESTLINK_REQUIRE_PEERS` is set.
-#![allow(dead_code)]
 
-#[path = "session_common/mod.rs"]
-pub mod common;
+pub use crate::session as common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -18,8 +16,8 @@ use std::time::{Duration, Instant};
 use guestlink_protocol::session::SessionMessage;
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 
+use crate::session::Connection;
 pub use common::session_binary;
-use common::Connection;
 
 /// Generous timeout for one expected message on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(60);
