@@ -1,8 +1,14 @@
 //! The SPICE core: the one task that owns the port, the [`Router`], the agents' queues and the tablet, and
 //! carries out the router's [`Action`]s (flow control and streaming: see the module doc of [`super`]).
+//!
+//! The work an input causes is a queue, not a recursion: carrying out one action can fail the port or drop an
+//! agent, which hands the router more actions. Each step only queues such follow-up [`Work`]; [`Core::run_queue`]
+//! takes the queue in order, a step's follow-up first (in the order queued), so actions run in the order a
+//! depth-first recursion would take, with no async recursion and no boxed futures.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -51,6 +57,25 @@ pub(super) struct Core {
     port_stream: Option<PortStream>,
     /// Port writes waiting for the end of `port_stream`.
     held: VecDeque<Vec<u8>>,
+    /// Work still to do for the current input, in order (see the module doc).
+    queue: VecDeque<Work>,
+    /// Work queued by the step being carried out; it goes in front of `queue` when the step ends.
+    next: Vec<Work>,
+}
+
+/// One step of the core's work (see the module doc).
+enum Work {
+    /// Carry out a router action.
+    Act(Action),
+    /// An [`Action::PortStream`] whose data is in a file ([`Event::MessageFile`]): written at once.
+    SendFile {
+        agent: AgentId,
+        head: Vec<u8>,
+        len: usize,
+        file: Arc<File>,
+    },
+    /// Forget agent `id` and tell the router; `kill`: the core dropped it, so its connection is shut down too.
+    Forget { id: AgentId, kill: bool },
 }
 
 /// A clipboard answer being streamed from an agent to the port.
@@ -114,6 +139,8 @@ impl Core {
             reopen_at: None,
             port_stream: None,
             held: VecDeque::new(),
+            queue: VecDeque::new(),
+            next: Vec::new(),
         }
     }
 
@@ -138,9 +165,9 @@ impl Core {
             tokio::select! {
                 // Not read while the active agent's queue is full: the host blocks instead of us buffering.
                 r = read_port(core.port.as_mut(), &mut buf), if !paused => match r {
-                    Ok(0) => core.port_failed("the host closed the port").await,
+                    Ok(0) => core.port_failed("the host closed the port"),
                     Ok(n) => core.port_bytes(n, &buf).await,
-                    Err(e) => core.port_failed(&e.to_string()).await,
+                    Err(e) => core.port_failed(&e.to_string()),
                 },
                 ev = ev_rx.recv() => match ev {
                     Some(ev) => core.event(ev).await,
@@ -157,6 +184,7 @@ impl Core {
                 _ = sleep_until(core.reopen_at) => core.reopen_at = None,
                 _ = sleep_until(stream_deadline) => core.stream_stalled().await,
             }
+            core.run_queue().await;
             core.reconcile().await;
         }
     }
@@ -196,8 +224,8 @@ impl Core {
                 ?stall,
                 "session agent not reading: disconnecting it"
             );
-            self.drop_agent(id).await;
-            return;
+            self.drop_agent(id);
+            return self.run_queue().await;
         };
         let (Some(b), Some(tx)) = (self.backlog.get_mut(&id), self.agents.get(&id)) else {
             return;
@@ -228,13 +256,55 @@ impl Core {
 
     /// Forgets agent `id` and applies the consequences; its connection is shut down and its writer aborted (see
     /// [`AgentTx::kill`]), so its queue is freed at once.
-    async fn drop_agent(&mut self, id: AgentId) {
+    fn drop_agent(&mut self, id: AgentId) {
         self.backlog.remove(&id);
-        Box::pin(self.stream_source_gone(id)).await;
+        self.stream_source_gone(id);
+        self.next.push(Work::Forget { id, kill: true });
+    }
+
+    /// Forgets agent `id` (if still known) and queues the router's consequences; `kill` shuts its connection.
+    fn forget(&mut self, id: AgentId, kill: bool) {
         if let Some(tx) = self.agents.remove(&id) {
-            tx.kill();
+            if kill {
+                tx.kill();
+            } else {
+                tracing::info!(agent = id, "session agent disconnected");
+            }
             let more = self.router.agent_gone(id);
-            Box::pin(self.apply(more)).await;
+            self.queue_acts(more);
+        }
+    }
+
+    /// Queues `acts` behind the work the current step already queued.
+    fn queue_acts(&mut self, acts: Vec<Action>) {
+        self.next.extend(acts.into_iter().map(Work::Act));
+    }
+
+    /// Carries out `acts` and everything they lead to.
+    async fn apply(&mut self, acts: Vec<Action>) {
+        self.queue_acts(acts);
+        self.run_queue().await;
+    }
+
+    /// Carries out the queued work until none is left: each step's follow-up goes first (see the module doc).
+    async fn run_queue(&mut self) {
+        loop {
+            for w in self.next.drain(..).rev() {
+                self.queue.push_front(w);
+            }
+            let Some(w) = self.queue.pop_front() else {
+                return;
+            };
+            match w {
+                Work::Act(a) => self.act(a).await,
+                Work::SendFile {
+                    agent,
+                    head,
+                    len,
+                    file,
+                } => self.start_stream(agent, head, len, Some(&file)).await,
+                Work::Forget { id, kill } => self.forget(id, kill),
+            }
         }
     }
 
@@ -252,26 +322,26 @@ impl Core {
                     self.apply(acts).await;
                 }
                 Err(e) => {
-                    self.port_failed(&format!("protocol error: {e}")).await;
-                    return;
+                    self.port_failed(&format!("protocol error: {e}"));
+                    return self.run_queue().await;
                 }
             }
         }
     }
 
     /// Closes the port after an error; it is reopened after [`REOPEN_DELAY`] if an agent can still serve.
-    async fn port_failed(&mut self, why: &str) {
+    fn port_failed(&mut self, why: &str) {
         log_limited!(warn, "SPICE port: {why}; closing and reopening it");
-        self.close_port().await;
+        self.close_port();
         self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
     }
 
-    async fn close_port(&mut self) {
+    fn close_port(&mut self) {
         if self.port.take().is_some() {
             self.forget_port_writes();
             self.reasm.reset();
             let acts = self.router.port_closed();
-            self.apply(acts).await;
+            self.queue_acts(acts);
         }
     }
 
@@ -280,7 +350,8 @@ impl Core {
         let wants = self.router.wants_port();
         if !wants && self.port.is_some() {
             tracing::info!("no active session agent: closing the SPICE port");
-            self.close_port().await;
+            self.close_port();
+            self.run_queue().await;
         } else if wants && self.port.is_none() && self.reopen_at.is_none() {
             match PortIo::open(&self.opts.port_path).await {
                 Ok(p) => {
@@ -339,26 +410,28 @@ impl Core {
                         data_type,
                         data: Vec::new(),
                     };
+                    let file = Arc::new(file);
                     for a in self.router.on_agent_stream(id, msg, len) {
-                        match a {
-                            Action::PortStream { agent, head, len } => {
-                                self.start_stream(agent, head, len, Some(&file)).await;
-                            }
-                            other => self.apply(vec![other]).await,
-                        }
+                        self.next.push(match a {
+                            Action::PortStream { agent, head, len } => Work::SendFile {
+                                agent,
+                                head,
+                                len,
+                                file: Arc::clone(&file),
+                            },
+                            other => Work::Act(other),
+                        });
                     }
+                    self.run_queue().await;
                 }
             }
             Event::StreamData(id, piece) => self.stream_piece(id, &piece).await,
             Event::StreamEnd(id) => self.stream_end(id).await,
             Event::Gone(id) => {
                 self.backlog.remove(&id);
-                self.stream_source_gone(id).await;
-                if self.agents.remove(&id).is_some() {
-                    tracing::info!(agent = id, "session agent disconnected");
-                    let acts = self.router.agent_gone(id);
-                    self.apply(acts).await;
-                }
+                self.stream_source_gone(id);
+                self.next.push(Work::Forget { id, kill: false });
+                self.run_queue().await;
             }
         }
     }
@@ -377,7 +450,7 @@ impl Core {
         let written = tokio::time::timeout(WRITE_TIMEOUT, write)
             .await
             .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut)));
-        self.port_written(written).await;
+        self.port_written(written);
     }
 
     /// Writes `head`, then the first `len` bytes of `file` to the port (if open), like [`Core::write_port`]; the
@@ -393,11 +466,11 @@ impl Core {
             p.write_file(file, len, WRITE_TIMEOUT).await
         }
         .await;
-        self.port_written(written).await;
+        self.port_written(written);
     }
 
     /// After a port write: a failure closes the port (it is reopened later).
-    async fn port_written(&mut self, written: std::io::Result<()>) {
+    fn port_written(&mut self, written: std::io::Result<()>) {
         if let Err(e) = written {
             // Finish this batch without the port; the read side notices and reopens.
             tracing::warn!("SPICE port write: {e}");
@@ -406,7 +479,7 @@ impl Core {
             self.reasm.reset();
             let more = self.router.port_closed();
             self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
-            Box::pin(self.apply(more)).await;
+            self.queue_acts(more);
         }
     }
 
@@ -451,9 +524,7 @@ impl Core {
         };
         // The decoder never gives more than announced; checked anyway, as the wire depends on it.
         let Some(left) = s.left.checked_sub(piece.len()) else {
-            return self
-                .port_failed("a streamed clipboard answer ran over its length")
-                .await;
+            return self.port_failed("a streamed clipboard answer ran over its length");
         };
         s.left = left;
         self.write_port(&[piece]).await;
@@ -467,8 +538,7 @@ impl Core {
     async fn stream_end(&mut self, agent: AgentId) {
         match &self.port_stream {
             Some(s) if s.agent == agent && s.left > 0 => {
-                self.port_failed("a streamed clipboard answer ended early")
-                    .await;
+                self.port_failed("a streamed clipboard answer ended early");
             }
             Some(s) if s.agent == agent => {
                 self.port_stream = None;
@@ -482,10 +552,9 @@ impl Core {
 
     /// Agent `id` is going away: if its answer was streaming to the port, the message is cut short, so the port
     /// is closed and reopened (the host then discards the partial message).
-    async fn stream_source_gone(&mut self, id: AgentId) {
+    fn stream_source_gone(&mut self, id: AgentId) {
         if self.port_stream.as_ref().is_some_and(|s| s.agent == id) {
-            self.port_failed("the session agent left in the middle of a clipboard answer")
-                .await;
+            self.port_failed("the session agent left in the middle of a clipboard answer");
         }
     }
 
@@ -498,18 +567,15 @@ impl Core {
                 ?stall,
                 "session agent stalled in the middle of a clipboard answer: disconnecting it"
             );
-            self.drop_agent(agent).await;
+            self.drop_agent(agent);
+            self.run_queue().await;
         }
     }
 
     /// Queues a port write behind the streaming answer; far too many (a flood while it streams) resets the port.
-    async fn hold(&mut self, bytes: Vec<u8>) {
+    fn hold(&mut self, bytes: Vec<u8>) {
         if self.held.len() >= MAX_HELD {
-            // Boxed: port_failed applies the router's actions, which may hold writes again.
-            return Box::pin(
-                self.port_failed("too many port writes waiting behind a clipboard answer"),
-            )
-            .await;
+            return self.port_failed("too many port writes waiting behind a clipboard answer");
         }
         self.held.push_back(bytes);
     }
@@ -520,73 +586,72 @@ impl Core {
         self.held.clear();
     }
 
-    async fn apply(&mut self, actions: Vec<Action>) {
-        for a in actions {
-            match a {
-                Action::Port(bytes) if self.port_stream.is_some() => self.hold(bytes).await,
-                Action::PortData { head, data } if self.port_stream.is_some() => {
-                    self.hold(head).await;
-                    self.hold(data).await;
-                }
-                Action::Port(bytes) => self.write_port(&[&bytes]).await,
-                Action::PortData { head, data } => self.write_port(&[&head, &data]).await,
-                Action::PortStream { agent, head, len } => {
-                    self.start_stream(agent, head, len, None).await;
-                }
-                Action::Agent(id, msg) => {
-                    let Some(tx) = self.agents.get(&id) else {
-                        continue;
-                    };
-                    if let Some(b) = self.backlog.get_mut(&id) {
-                        // Keep the order: behind the frames already waiting.
-                        if b.frames.len() < MAX_BACKLOG {
-                            b.frames.push_back(msg);
-                        } else {
-                            log_limited!(
-                                warn,
-                                agent = id,
-                                "session agent backlog full: disconnecting it"
-                            );
-                            self.drop_agent(id).await;
-                        }
-                        continue;
-                    }
-                    match tx.try_send(msg) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(_)) if self.router.active_agent() != Some(id) => {
-                            // Only the active agent may hold up the port; another one that does not read what
-                            // it asked for (clipboard requests answered empty, say) is disconnected.
-                            log_limited!(
-                                warn,
-                                agent = id,
-                                "a session agent that is not active does not read its queue: disconnecting it"
-                            );
-                            self.drop_agent(id).await;
-                        }
-                        Err(TrySendError::Full(msg)) => {
-                            tracing::debug!(
-                                agent = id,
-                                queued = tx.queued_bytes(),
-                                "session agent queue full: pausing the SPICE port"
-                            );
-                            self.backlog.insert(
-                                id,
-                                Backlog {
-                                    frames: VecDeque::from([msg]),
-                                    progress: Instant::now(),
-                                },
-                            );
-                        }
-                        Err(TrySendError::Closed(_)) => {
-                            tracing::info!(agent = id, "session agent connection closed");
-                            self.drop_agent(id).await;
-                        }
-                    }
-                }
-                Action::Mouse(x, y, buttons) => self.tablet.mouse(x, y, buttons),
-                Action::Tablet(g) => self.tablet.set_geometry(&g),
-                Action::ResetClientPort => self.reasm.reset_port(Port::Client),
+    /// Carries out one router action (its follow-up is queued, see the module doc).
+    async fn act(&mut self, a: Action) {
+        match a {
+            Action::Port(bytes) if self.port_stream.is_some() => self.hold(bytes),
+            Action::PortData { head, data } if self.port_stream.is_some() => {
+                self.hold(head);
+                self.hold(data);
             }
+            Action::Port(bytes) => self.write_port(&[&bytes]).await,
+            Action::PortData { head, data } => self.write_port(&[&head, &data]).await,
+            Action::PortStream { agent, head, len } => {
+                self.start_stream(agent, head, len, None).await;
+            }
+            Action::Agent(id, msg) => {
+                let Some(tx) = self.agents.get(&id) else {
+                    return;
+                };
+                if let Some(b) = self.backlog.get_mut(&id) {
+                    // Keep the order: behind the frames already waiting.
+                    if b.frames.len() < MAX_BACKLOG {
+                        b.frames.push_back(msg);
+                    } else {
+                        log_limited!(
+                            warn,
+                            agent = id,
+                            "session agent backlog full: disconnecting it"
+                        );
+                        self.drop_agent(id);
+                    }
+                    return;
+                }
+                match tx.try_send(msg) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) if self.router.active_agent() != Some(id) => {
+                        // Only the active agent may hold up the port; another one that does not read what
+                        // it asked for (clipboard requests answered empty, say) is disconnected.
+                        log_limited!(
+                            warn,
+                            agent = id,
+                            "a session agent that is not active does not read its queue: disconnecting it"
+                        );
+                        self.drop_agent(id);
+                    }
+                    Err(TrySendError::Full(msg)) => {
+                        tracing::debug!(
+                            agent = id,
+                            queued = tx.queued_bytes(),
+                            "session agent queue full: pausing the SPICE port"
+                        );
+                        self.backlog.insert(
+                            id,
+                            Backlog {
+                                frames: VecDeque::from([msg]),
+                                progress: Instant::now(),
+                            },
+                        );
+                    }
+                    Err(TrySendError::Closed(_)) => {
+                        tracing::info!(agent = id, "session agent connection closed");
+                        self.drop_agent(id);
+                    }
+                }
+            }
+            Action::Mouse(x, y, buttons) => self.tablet.mouse(x, y, buttons),
+            Action::Tablet(g) => self.tablet.set_geometry(&g),
+            Action::ResetClientPort => self.reasm.reset_port(Port::Client),
         }
     }
 }
