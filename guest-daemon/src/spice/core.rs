@@ -22,10 +22,9 @@ use super::agent_queue::{self, AgentTx, Room};
 use super::agents::Event;
 use super::log_limit::log_limited;
 use super::logind;
-use super::port::PortIo;
+use super::port::{Link, Opener};
 use super::router::{Action, AgentId, Refusal, Router};
 use super::tablet::{Sink, Tablet};
-use super::SpiceOptions;
 
 /// Delay before reopening the port after it failed or closed on error.
 const REOPEN_DELAY: Duration = Duration::from_secs(1);
@@ -41,10 +40,10 @@ const MAX_BACKLOG: usize = 1024;
 const MAX_HELD: usize = 1024;
 
 /// The SPICE core (see the module doc).
-pub(super) struct Core {
-    opts: SpiceOptions,
+pub(super) struct Core<O: Opener> {
+    opener: O,
     router: Router,
-    port: Option<PortIo>,
+    port: Option<O::Port>,
     reasm: Reassembler,
     tablet: Tablet,
     agents: HashMap<AgentId, AgentTx>,
@@ -110,7 +109,7 @@ async fn wait_room(wait: StallWait) -> (AgentId, Result<Room, ()>) {
     }
 }
 
-async fn read_port(port: Option<&mut PortIo>, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn read_port<L: Link>(port: Option<&mut L>, buf: &mut [u8]) -> std::io::Result<usize> {
     match port {
         Some(p) => p.read(buf).await,
         None => std::future::pending().await,
@@ -124,11 +123,11 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-impl Core {
+impl<O: Opener> Core<O> {
     /// A core with no agent and the port closed; `stall` is the agent stall timeout (see [`super::DEFAULT_AGENT_STALL`]).
-    pub(super) fn new(opts: SpiceOptions, sink: Sink, stall: Duration) -> Self {
+    pub(super) fn new(opener: O, sink: Sink, stall: Duration) -> Self {
         Self {
-            opts,
+            opener,
             router: Router::new(),
             port: None,
             reasm: Reassembler::new(ReassemblerConfig::guest_side()),
@@ -353,16 +352,16 @@ impl Core {
             self.close_port();
             self.run_queue().await;
         } else if wants && self.port.is_none() && self.reopen_at.is_none() {
-            match PortIo::open(&self.opts.port_path).await {
+            match self.opener.open().await {
                 Ok(p) => {
-                    tracing::info!(path = %self.opts.port_path.display(), "SPICE port opened");
+                    tracing::info!(path = %self.opener.name(), "SPICE port opened");
                     self.port = Some(p);
                     self.reasm.reset();
                     let acts = self.router.port_opened();
                     self.apply(acts).await;
                 }
                 Err(e) => {
-                    tracing::warn!(path = %self.opts.port_path.display(), "cannot open the SPICE port: {e}");
+                    tracing::warn!(path = %self.opener.name(), "cannot open the SPICE port: {e}");
                     self.reopen_at = Some(tokio::time::Instant::now() + REOPEN_DELAY);
                 }
             }

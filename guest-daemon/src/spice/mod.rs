@@ -114,7 +114,8 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         Some(p) => Sink::Fake(p.clone()),
         None => Sink::Uinput,
     };
-    let core = core::Core::new(opts, sink, stall_timeout());
+    let opener = port::PathOpener(opts.port_path.clone());
+    let core = core::Core::new(opener, sink, stall_timeout());
     core.serve(ev_rx, active_rx).await
 }
 
@@ -147,6 +148,8 @@ pub async fn run_logged(opts: SpiceOptions) -> Result<()> {
     r
 }
 
+#[cfg(test)]
+mod core_tests;
 #[cfg(test)]
 mod logind_tests;
 #[cfg(test)]
