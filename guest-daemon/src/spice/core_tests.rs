@@ -325,9 +325,10 @@ async fn a_full_queue_of_an_agent_not_active_drops_it_at_once() {
         ))
         .await;
     }
-    timeout(WAIT, idle.kill.killed())
+    // At once: long before the stall timeout (30 s) that applies to the active agent.
+    timeout(Duration::from_secs(1), idle.kill.killed())
         .await
-        .expect("the non-active agent with a full queue is never dropped");
+        .expect("the non-active agent with a full queue is not dropped at once");
     // The port kept serving the active agent.
     host.send(&numbered(7)).await;
     let m = active.recv_until(|m| number_of(m).is_some()).await;
@@ -384,15 +385,16 @@ async fn streamed_clipboard_answer_is_one_message_and_holds_other_writes() {
     }
 }
 
-/// Streaming, the other way: a file transfer passes from the host to the agent of the session active at START,
-/// every DATA in order, and the agent's final status goes back to the host.
+/// Streaming, the other way: a file transfer larger than the agent's queue (16 MiB) passes from the host to the
+/// agent of the session active at START while the agent is slow: the host waits, then every DATA arrives in
+/// order, and the agent's final status goes back to the host.
 #[tokio::test(start_paused = true)]
 async fn file_transfer_flows_to_the_agent_and_its_status_back() {
     let mut rig = rig(Duration::from_secs(30));
     let mut agent = rig.agent(1, "s1", true).await;
     let mut host = rig.host(CLIENT_CAPS).await;
-    let pieces = 40usize;
-    let piece = 64 * 1024;
+    let pieces = 24usize;
+    let piece = 1024 * 1024;
     host.send(&Message::FileXferStart(FileXferStart {
         id: 9,
         name: "big.bin".into(),
@@ -424,6 +426,13 @@ async fn file_transfer_flows_to_the_agent_and_its_status_back() {
         })
         .collect();
     let writer = tokio::spawn(async move { wr.write_all(&bytes).await.map(|()| wr) });
+    // The agent does not read for a while: its queue fills up to its byte budget and the host waits.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        !writer.is_finished(),
+        "the host must wait for the slow agent"
+    );
+    assert!(agent.rx.len() < pieces);
     for i in 0..pieces {
         match agent.recv().await {
             SessionMessage::FileXferData { id: 9, data } => {
