@@ -1,8 +1,8 @@
 //! SPICE agent side of guestlinkd: owns the `com.redhat.spice.0` port, speaks the vdagent protocol to the host
 //! (spice-server / client), serves `guestlink-session` agents on a unix socket and drives the uinput tablet.
 //!
-//! One task owns the port and the [`router::Router`] state; connection tasks ([`agents`]) and the logind
-//! follower ([`logind`]) feed it events. Like spice-vdagentd, the port is opened only while the agent of the
+//! One task, the core (`core.rs`, tested over in-memory pipes in `core_tests.rs`), owns the port and the
+//! [`router::Router`] state; connection tasks ([`agents`]) and the logind follower ([`logind`]) feed it events. Like spice-vdagentd, the port is opened only while the agent of the
 //! active session has reported its geometry, and closed when none can serve; a stream error (chunk > 2048 bytes,
 //! lost sync, a message above the size cap) closes and reopens it.
 //!
