@@ -1,7 +1,10 @@
 //! Fuzz target: guestlinkd's SPICE routing without I/O. Port bytes (through the guest-side reassembler) and
 //! session-agent frames go into the `Router`; its actions go into the agents' queues (`agent_queue`), whose
 //! writers the input lets run or stall; session switches, agents coming and going and port resets are inputs too.
-//! A small model of the core (`guest-daemon/src/spice/mod.rs`) keeps a frame that does not fit in the active
+//! It calls the same router entry points as the core (`guest-daemon/src/spice/core.rs`: `on_port`, `on_agent`,
+//! `agent_connected`, `agent_gone`, `set_active`, `port_opened`, `port_closed`); the core itself is not compiled
+//! in, as it pulls in the port, the tablet and the agent connections (D-Bus, evdev, the daemon's runtime). The
+//! core's own behaviour is unit-tested over in-memory pipes (`spice/core_tests.rs`). A small model of the core keeps a frame that does not fit in the active
 //! agent's backlog and stops "reading the port" meanwhile, and drops a non-active agent whose queue is full.
 //!
 //! Asserted after every step (issue 16 finding 5): the byte budget accounts for every byte each queued frame
@@ -31,7 +34,7 @@ mod spice {
 use spice::agent_queue::{self, AgentRx, AgentTx, KillSwitch, QUEUE_BYTES};
 use spice::router::{Action, AgentId, Router, MAX_GRAB_TYPES};
 
-/// The core's backlog limit (`MAX_BACKLOG` in spice/mod.rs).
+/// The core's backlog limit (`MAX_BACKLOG` in spice/core.rs).
 const MAX_BACKLOG: usize = 1024;
 
 /// One agent as the core sees it: its queue, the writer's end (stalled or draining), the sizes of the frames in

@@ -1,10 +1,15 @@
 //! The SPICE agent port: the virtio-serial device `com.redhat.spice.0`, a pty standing in for it, or — when the
 //! path is a unix socket — a stream connected to it (as spice-vdagentd does when `open()` fails).
+//!
+//! The core ([`super::core`]) is generic over [`Link`] (what it needs of an open port) and [`Opener`] (how a
+//! port is opened again after a reset): [`PortIo`] and [`PathOpener`] are the real ones; [`Stream`] makes any
+//! tokio byte stream a port (the core's unit tests use an in-memory duplex).
 
 use std::fs::File;
+use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -14,6 +19,96 @@ use crate::transport::chardev::Chardev;
 
 /// Piece size of [`PortIo::write_file`].
 const FILE_PIECE: usize = 2 * 1024 * 1024;
+
+/// What the core needs of an open port.
+pub trait Link: Send {
+    /// Reads some bytes (0 = the other end closed).
+    fn read(&mut self, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>> + Send;
+    /// Writes all of `data`.
+    fn write_all(&mut self, data: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
+    /// Writes the first `len` bytes of `file`; no piece may stall for `timeout`.
+    fn write_file(
+        &mut self,
+        file: &File,
+        len: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// Opens the port, the first time and after every reset.
+pub trait Opener: Send {
+    /// The open port.
+    type Port: Link;
+    /// Opens it.
+    fn open(&mut self) -> impl Future<Output = io::Result<Self::Port>> + Send;
+    /// What it opens, for the logs.
+    fn name(&self) -> String;
+}
+
+/// Opens the port at a path ([`PortIo::open`]).
+#[derive(Debug, Clone)]
+pub struct PathOpener(pub PathBuf);
+
+impl Opener for PathOpener {
+    type Port = PortIo;
+    async fn open(&mut self) -> io::Result<PortIo> {
+        PortIo::open(&self.0).await
+    }
+    fn name(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+/// Any tokio byte stream as a port (files are copied through a buffer); the core's unit tests use it.
+#[cfg(test)]
+#[derive(Debug)]
+pub struct Stream<S>(pub S);
+
+#[cfg(test)]
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Link for Stream<S> {
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).await
+    }
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.0.write_all(data).await
+    }
+    async fn write_file(&mut self, file: &File, len: usize, timeout: Duration) -> io::Result<()> {
+        copy_file(self, file, 0, len, timeout).await
+    }
+}
+
+/// Writes bytes `off..len` of `file` to `port` through a buffer of at most [`FILE_PIECE`] bytes, each piece
+/// within `timeout`.
+async fn copy_file<L: Link>(
+    port: &mut L,
+    file: &File,
+    mut off: usize,
+    len: usize,
+    timeout: Duration,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; FILE_PIECE.min(len.saturating_sub(off))];
+    while off < len {
+        let n = (len - off).min(buf.len());
+        file.read_exact_at(&mut buf[..n], off as u64)?;
+        tokio::time::timeout(timeout, port.write_all(&buf[..n]))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
+        off += n;
+    }
+    Ok(())
+}
+
+impl Link for PortIo {
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        PortIo::read(self, buf).await
+    }
+    async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        PortIo::write_all(self, data).await
+    }
+    async fn write_file(&mut self, file: &File, len: usize, timeout: Duration) -> io::Result<()> {
+        PortIo::write_file(self, file, len, timeout).await
+    }
+}
 
 /// An open port.
 #[derive(Debug)]
@@ -65,16 +160,7 @@ impl PortIo {
                 Err(e) => return Err(e),
             }
         }
-        let mut buf = vec![0u8; FILE_PIECE.min(len - off)];
-        while off < len {
-            let n = (len - off).min(buf.len());
-            file.read_exact_at(&mut buf[..n], off as u64)?;
-            tokio::time::timeout(timeout, self.write_all(&buf[..n]))
-                .await
-                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
-            off += n;
-        }
-        Ok(())
+        copy_file(self, file, off, len, timeout).await
     }
 
     /// Writes all of `data`.
