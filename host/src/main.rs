@@ -39,18 +39,12 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-/// The exit status for an error, by its root kind.
+/// The exit status for an error, by its root kind: the one mapping from the library's [`Error`] to exit codes.
 fn exit_for(err: &anyhow::Error) -> u8 {
-    use guestlink_host::spice::SpiceError;
-    match err.chain().find_map(|e| e.downcast_ref::<SpiceError>()) {
-        Some(SpiceError::NoAgent { .. } | SpiceError::Open { .. } | SpiceError::NoPath) => {
-            return EXIT_UNAVAILABLE
-        }
-        Some(SpiceError::Timeout { .. }) => return EXIT_TIMEOUT,
-        _ => {}
-    }
     match err.chain().find_map(|e| e.downcast_ref::<Error>()) {
-        Some(Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. }) => EXIT_UNAVAILABLE,
+        Some(
+            Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. } | Error::NoSpicePath,
+        ) => EXIT_UNAVAILABLE,
         Some(Error::Timeout { .. }) => EXIT_TIMEOUT,
         Some(Error::Interrupted) => EXIT_INTERRUPTED,
         _ => EXIT_FAILURE,

@@ -11,7 +11,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 
 use super::ops::{self, ServeLimits};
-use super::{SpiceError, SpiceLink};
+use super::SpiceLink;
+use crate::error::Error;
 
 /// SPICE agent subcommands (need `--spice-socket`).
 #[derive(Debug, Subcommand)]
@@ -168,8 +169,8 @@ fn type_from_ext(path: &Path) -> TypeArg {
     }
 }
 
-fn io_err(e: std::io::Error) -> SpiceError {
-    SpiceError::Local {
+fn io_err(e: std::io::Error) -> Error {
+    Error::Local {
         what: "cannot write",
         path: "stdout".into(),
         source: e,
@@ -177,8 +178,8 @@ fn io_err(e: std::io::Error) -> SpiceError {
 }
 
 /// Runs a SPICE subcommand; returns the exit status.
-pub fn run(cmd: &SpiceCmd, c: Common<'_>, out: &mut dyn Write) -> Result<i32, SpiceError> {
-    let path = c.path.ok_or(SpiceError::NoPath)?;
+pub fn run(cmd: &SpiceCmd, c: Common<'_>, out: &mut dyn Write) -> Result<i32, Error> {
+    let path = c.path.ok_or(Error::NoSpicePath)?;
     let mut link = SpiceLink::connect(path, c.connect_timeout)?;
     let emit = |out: &mut dyn Write, v: Value| writeln!(out, "{v}").map_err(io_err);
     match cmd {
@@ -204,7 +205,7 @@ pub fn run(cmd: &SpiceCmd, c: Common<'_>, out: &mut dyn Write) -> Result<i32, Sp
         SpiceCmd::Clipboard(ClipboardCmd::Get(a)) => {
             let data = ops::clipboard_get(&mut link, a.selection.into(), a.kind.into(), c.timeout)?;
             match &a.output {
-                Some(p) => std::fs::write(p, &data).map_err(|e| SpiceError::Local {
+                Some(p) => std::fs::write(p, &data).map_err(|e| Error::Local {
                     what: "cannot write",
                     path: p.clone(),
                     source: e,
@@ -233,14 +234,14 @@ pub fn run(cmd: &SpiceCmd, c: Common<'_>, out: &mut dyn Write) -> Result<i32, Sp
             let (data, kind) = match (&a.text, &a.file) {
                 (Some(t), _) => (t.clone().into_bytes(), a.kind.unwrap_or(TypeArg::Text)),
                 (None, Some(f)) => (
-                    std::fs::read(f).map_err(|e| SpiceError::Local {
+                    std::fs::read(f).map_err(|e| Error::Local {
                         what: "cannot read",
                         path: f.clone(),
                         source: e,
                     })?,
                     a.kind.unwrap_or_else(|| type_from_ext(f)),
                 ),
-                (None, None) => return Err(SpiceError::Usage("give TEXT or --file IMAGE".into())),
+                (None, None) => return Err(Error::Usage("give TEXT or --file IMAGE".into())),
             };
             let limits = ServeLimits {
                 loops: a.loops,
