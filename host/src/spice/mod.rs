@@ -3,10 +3,10 @@
 //! against the reference spice-vdagentd alike.
 //!
 //! - [`SpiceLink`]: connection, capability handshake (spice-gtk's caps 0x00035077, `request = 1`), message pump;
-//! - [`ops`]: clipboard get/set, resize (MONITORS_CONFIG), file transfer, state;
-//! - [`cli`]: the `guestlink clipboard|resize|send-file|spice-state` subcommands.
+//! - [`ops`]: clipboard get/set, resize (MONITORS_CONFIG), file transfer, state.
+//!
+//! The `guestlink clipboard|resize|send-file|spice-state` subcommands are in the binary (`host/src/cli/spice.rs`).
 
-pub mod cli;
 pub mod link;
 pub mod ops;
 
