@@ -40,7 +40,7 @@ impl ReassemblerConfig {
     }
 
     /// Removes the chunk-size limit.
-    pub fn accept_any_chunk_size(mut self) -> Self {
+    pub(crate) fn accept_any_chunk_size(mut self) -> Self {
         self.max_chunk_size = None;
         self
     }
