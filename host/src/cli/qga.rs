@@ -1,6 +1,5 @@
-//! The agent subcommands (QGA channel): one function each. Each opens nothing itself: [`run`] opens the session,
-//! calls the subcommand's function, which calls the library and prints text or one JSON document, and ends the
-//! batch.
+//! The agent subcommands (QGA channel), one function each. [`run`] opens the session, calls the subcommand's
+//! function (which calls the library and prints text or one JSON document) and ends the batch.
 
 use std::io::{IsTerminal, Read, Write};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
