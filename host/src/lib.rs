@@ -13,6 +13,6 @@ pub mod spice;
 pub mod target;
 pub mod transport;
 
-pub use error::{AgentError, Error, Result};
+pub use error::{AgentError, Channel, Error, Result};
 pub use session::{Session, Timeouts};
 pub use target::Target;

@@ -1,16 +1,15 @@
-//! guestlink: host CLI for QEMU guest agents (guestlinkd or qemu-ga).
+//! guestlink: host CLI for QEMU guest agents (guestlinkd or qemu-ga) and SPICE agents. This file is the entry
+//! point: parse, log setup, run the subcommand ([`cli`]), map the library's error to the exit status.
 #![forbid(unsafe_code)]
 
 mod cli;
-mod commands;
-mod render;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 
-use cli::{Cli, Cmd};
+use cli::Cli;
 use guestlink_host::Error;
 
 /// Exit status: generic failure (agent error, I/O, checksum mismatch).
@@ -39,64 +38,23 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-/// The exit status for an error, by its root kind.
+/// The exit status for an error, by its root kind: the one mapping from the library's [`Error`] to exit codes.
 fn exit_for(err: &anyhow::Error) -> u8 {
-    use guestlink_host::spice::SpiceError;
-    match err.chain().find_map(|e| e.downcast_ref::<SpiceError>()) {
-        Some(SpiceError::NoAgent { .. } | SpiceError::Open { .. } | SpiceError::NoPath) => {
-            return EXIT_UNAVAILABLE
-        }
-        Some(SpiceError::Timeout { .. }) => return EXIT_TIMEOUT,
-        _ => {}
-    }
     match err.chain().find_map(|e| e.downcast_ref::<Error>()) {
-        Some(Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. }) => EXIT_UNAVAILABLE,
+        Some(
+            Error::NoAgent { .. } | Error::NoSuchPath(_) | Error::Open { .. } | Error::NoSpicePath,
+        ) => EXIT_UNAVAILABLE,
         Some(Error::Timeout { .. }) => EXIT_TIMEOUT,
         Some(Error::Interrupted) => EXIT_INTERRUPTED,
         _ => EXIT_FAILURE,
     }
 }
 
-/// Runs a SPICE subcommand (`--spice-socket`); the timeouts default to 5 s for the handshake, 30 s for replies.
-fn spice_command(
-    cli: &Cli,
-    cmd: &guestlink_host::spice::cli::SpiceCmd,
-    out: &mut dyn Write,
-) -> anyhow::Result<i32> {
-    use std::time::Duration;
-    let secs =
-        |s: f64| Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("invalid timeout {s}"));
-    let common = guestlink_host::spice::cli::Common {
-        path: cli.spice_socket.as_deref(),
-        json: cli.json,
-        quiet: cli.quiet,
-        connect_timeout: secs(cli.connect_timeout)?,
-        timeout: secs(cli.agent_timeout.unwrap_or(30.0))?,
-    };
-    Ok(guestlink_host::spice::cli::run(cmd, common, out)?)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let mut stdout = std::io::stdout().lock();
-    let result = match &cli.command {
-        Cmd::Man => clap_mangen::Man::new(Cli::command())
-            .render(&mut stdout)
-            .map(|()| 0)
-            .map_err(anyhow::Error::from),
-        Cmd::Completions { shell } => {
-            // Generate into memory: clap_complete panics on a write error (e.g. a closed pipe).
-            let mut script = Vec::new();
-            clap_complete::generate(*shell, &mut Cli::command(), "guestlink", &mut script);
-            stdout
-                .write_all(&script)
-                .map(|()| 0)
-                .map_err(anyhow::Error::from)
-        }
-        Cmd::Spice(cmd) => spice_command(&cli, cmd, &mut stdout),
-        _ => commands::run(&cli, &mut stdout),
-    };
+    let result = cli::run(&cli, &mut stdout);
     let _ = stdout.flush();
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(EXIT_FAILURE)),

@@ -218,7 +218,7 @@ pub fn quiesce(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::AgentError;
+    use crate::error::{AgentError, Channel};
 
     /// In-memory agent: tracks the frozen state and records calls.
     #[derive(Debug, Default)]
@@ -244,7 +244,7 @@ mod tests {
             self.calls.push("thaw");
             if self.thaw_failures > 0 {
                 self.thaw_failures -= 1;
-                return Err(Error::Closed);
+                return Err(Error::Closed(Channel::Qga));
             }
             let n = if self.frozen { 2 } else { 0 };
             self.frozen = false;
@@ -389,7 +389,8 @@ mod tests {
     fn freeze_timeout_does_not_run_command_but_thaws() {
         let mut a = FakeAgent {
             freeze_fails: Some(Error::Timeout {
-                command: "guest-fsfreeze-freeze".into(),
+                channel: Channel::Qga,
+                what: "guest-fsfreeze-freeze".into(),
                 timeout: Duration::from_secs(1),
             }),
             ..FakeAgent::default()

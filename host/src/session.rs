@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tracing::{debug, instrument};
 
-use crate::error::{AgentError, Error, Result};
+use crate::error::{AgentError, Channel, Error, Result};
 use crate::target::Target;
 use crate::transport::{StreamTransport, Transport, VirshTransport};
 
@@ -200,7 +200,7 @@ impl Session {
             debug!(version = %info.version, commands = info.supported_commands.len(), "guest-info");
             self.info = Some(info);
         }
-        self.info.as_ref().ok_or(Error::Closed)
+        self.info.as_ref().ok_or(Error::Closed(Channel::Qga))
     }
 
     /// True when `guest-info` lists `command` as enabled.

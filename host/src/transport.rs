@@ -17,7 +17,7 @@ use tracing::{debug, trace, warn};
 
 use guestlink_protocol::qga::{encode_request, Reply, ReplyDecoder, ReplyEvent};
 
-use crate::error::{Error, Result};
+use crate::error::{Channel, Error, Result};
 
 /// Upper bound for one reply line: a 32 MiB chunk is 43 MiB of base64; a 48 MiB read (qemu-ga's cap through
 /// `raw`) is 64 MiB plus JSON overhead.
@@ -40,7 +40,8 @@ pub trait Transport: std::fmt::Debug {
     /// Wait for the reply to the request sent with `id` (replies arrive in request order).
     fn receive(&mut self, _id: &Value, command: &str, timeout: Duration) -> Result<Value> {
         Err(Error::Timeout {
-            command: command.to_owned(),
+            channel: Channel::Qga,
+            what: command.to_owned(),
             timeout,
         })
     }
@@ -108,6 +109,7 @@ impl StreamTransport {
 
     fn no_agent(&self, source: Option<std::io::Error>) -> Error {
         Error::NoAgent {
+            channel: Channel::Qga,
             target: self.path.display().to_string(),
             timeout: self.sync_timeout,
             source,
@@ -176,7 +178,7 @@ impl StreamTransport {
             if let Some(ev) = self.events.pop_front() {
                 return Ok(Some(ev));
             }
-            let conn = self.conn.as_mut().ok_or(Error::Closed)?;
+            let conn = self.conn.as_mut().ok_or(Error::Closed(Channel::Qga))?;
             let now = Instant::now();
             if now >= deadline {
                 return Ok(None);
@@ -187,12 +189,12 @@ impl StreamTransport {
                 Ok(0) => continue,
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(Error::Io(e.into())),
+                Err(e) => return Err(Error::Io(Channel::Qga, e.into())),
             }
             match conn.read(&mut buf) {
                 Ok(0) => {
                     self.conn = None;
-                    return Err(Error::Closed);
+                    return Err(Error::Closed(Channel::Qga));
                 }
                 Ok(n) => {
                     trace!(bytes = n, "read from agent");
@@ -201,7 +203,7 @@ impl StreamTransport {
                 Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => {}
                 Err(e) => {
                     self.conn = None;
-                    return Err(Error::Io(e));
+                    return Err(Error::Io(Channel::Qga, e));
                 }
             }
         }
@@ -217,8 +219,9 @@ impl StreamTransport {
         self.decoder = ReplyDecoder::with_max_reply(MAX_REPLY_BYTES);
         self.decoder.expect_delimiter();
         self.events.clear();
-        let conn = self.conn.as_mut().ok_or(Error::Closed)?;
-        conn.write_all(&msg).map_err(Error::Io)?;
+        let conn = self.conn.as_mut().ok_or(Error::Closed(Channel::Qga))?;
+        conn.write_all(&msg)
+            .map_err(|e| Error::Io(Channel::Qga, e))?;
         debug!(id, "sent guest-sync-delimited");
         loop {
             match self.read_event(deadline) {
@@ -229,7 +232,7 @@ impl StreamTransport {
                     return Ok(());
                 }
                 Ok(Some(ev)) => debug!(?ev, "skipping stale output while syncing"),
-                Ok(None) | Err(Error::Closed) => return Err(self.no_agent(None)),
+                Ok(None) | Err(Error::Closed(Channel::Qga)) => return Err(self.no_agent(None)),
                 Err(e) => return Err(e),
             }
         }
@@ -283,10 +286,10 @@ impl Transport for StreamTransport {
         let mut bytes =
             serde_json::to_vec(&request).map_err(|e| Error::BadRequest(e.to_string()))?;
         bytes.push(b'\n');
-        let conn = self.conn.as_mut().ok_or(Error::Closed)?;
+        let conn = self.conn.as_mut().ok_or(Error::Closed(Channel::Qga))?;
         if let Err(e) = conn.write_all(&bytes) {
             self.conn = None;
-            return Err(Error::Io(e));
+            return Err(Error::Io(Channel::Qga, e));
         }
         Ok(id)
     }
@@ -310,7 +313,8 @@ impl Transport for StreamTransport {
                     // Out of sync now: a late reply may still arrive. Re-sync on the next exchange.
                     self.conn = None;
                     return Err(Error::Timeout {
-                        command: command.to_owned(),
+                        channel: Channel::Qga,
+                        what: command.to_owned(),
                         timeout,
                     });
                 }

@@ -17,7 +17,7 @@ use guestlink_protocol::vdagent::{
 };
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::SpiceError;
+use crate::error::{Channel, Error};
 
 /// The capabilities the host announces: spice-gtk's set (0x00035077).
 pub fn client_caps() -> Capabilities {
@@ -90,12 +90,12 @@ fn make_raw(f: &File) -> nix::Result<()> {
 
 impl SpiceLink {
     /// Opens `path` (a unix socket is connected to; anything else is opened read-write, a tty in raw mode).
-    pub fn open(path: &Path) -> Result<Self, SpiceError> {
-        let meta = std::fs::metadata(path).map_err(|e| SpiceError::Open {
+    pub fn open(path: &Path) -> Result<Self, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::Open {
             path: path.into(),
             source: e,
         })?;
-        let open_err = |e| SpiceError::Open {
+        let open_err = |e| Error::Open {
             path: path.into(),
             source: e,
         };
@@ -126,7 +126,7 @@ impl SpiceLink {
     }
 
     /// Opens `path` and exchanges capabilities: ours with `request = 1`, the agent's back within `timeout`.
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, SpiceError> {
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, Error> {
         let mut link = Self::open(path)?;
         link.handshake(timeout)?;
         Ok(link)
@@ -157,7 +157,7 @@ impl SpiceLink {
         self.agent.as_ref().is_some_and(|c| c.has(cap))
     }
 
-    fn handshake(&mut self, timeout: Duration) -> Result<(), SpiceError> {
+    fn handshake(&mut self, timeout: Duration) -> Result<(), Error> {
         self.serials.reset();
         let caps = Message::AnnounceCapabilities {
             request: true,
@@ -169,9 +169,11 @@ impl SpiceLink {
             match self.recv_until(deadline)? {
                 Some(_) => {}
                 None => {
-                    return Err(SpiceError::NoAgent {
-                        path: self.path.clone(),
+                    return Err(Error::NoAgent {
+                        channel: Channel::Spice,
+                        target: self.path.display().to_string(),
                         timeout,
+                        source: None,
                     })
                 }
             }
@@ -180,21 +182,25 @@ impl SpiceLink {
     }
 
     /// Sends `msg` on `port`, split into ≤ 2048-byte chunks.
-    pub fn send(&mut self, port: Port, msg: &Message) -> Result<(), SpiceError> {
+    pub fn send(&mut self, port: Port, msg: &Message) -> Result<(), Error> {
         let bytes = encode_message(port, msg, self.wire, ChunkMode::Split)
-            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
-        self.io.write_all(&bytes).map_err(SpiceError::Io)
+            .map_err(|e| Error::SpiceProtocol(e.to_string()))?;
+        self.io
+            .write_all(&bytes)
+            .map_err(|e| Error::Io(Channel::Spice, e))
     }
 
     /// Sends messages already framed into `batch` by the caller, in one write. The
     /// caller builds `batch` with [`encode_raw_message_into`](guestlink_protocol::vdagent::encode_raw_message_into)
     /// in [`ChunkMode::Split`] (chunks of at most 2048 bytes, as spice-server delivers them).
-    pub fn send_framed(&mut self, batch: &[u8]) -> Result<(), SpiceError> {
-        self.io.write_all(batch).map_err(SpiceError::Io)
+    pub fn send_framed(&mut self, batch: &[u8]) -> Result<(), Error> {
+        self.io
+            .write_all(batch)
+            .map_err(|e| Error::Io(Channel::Spice, e))
     }
 
     /// The next message other than capabilities (which are handled here), or `None` at `deadline`.
-    pub fn recv_until(&mut self, deadline: Instant) -> Result<Option<(Port, Message)>, SpiceError> {
+    pub fn recv_until(&mut self, deadline: Instant) -> Result<Option<(Port, Message)>, Error> {
         loop {
             while let Some((port, raw)) = self.queue.pop_front() {
                 let msg_type = raw.header.msg_type;
@@ -230,7 +236,7 @@ impl SpiceLink {
                 match poll(&mut fds, PollTimeout::from(ms)) {
                     Ok(n) => n > 0,
                     Err(nix::errno::Errno::EINTR) => false,
-                    Err(e) => return Err(SpiceError::Io(e.into())),
+                    Err(e) => return Err(Error::Io(Channel::Spice, e.into())),
                 }
             };
             if !ready {
@@ -240,24 +246,26 @@ impl SpiceLink {
                 continue;
             }
             let n = match self.io.read(&mut self.buf) {
-                Ok(0) => return Err(SpiceError::Closed),
+                Ok(0) => return Err(Error::Closed(Channel::Spice)),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 // A pty whose other side is closed reads EIO: the guest port is gone.
-                Err(e) if e.raw_os_error() == Some(libc_eio()) => return Err(SpiceError::Closed),
-                Err(e) => return Err(SpiceError::Io(e)),
+                Err(e) if e.raw_os_error() == Some(libc_eio()) => {
+                    return Err(Error::Closed(Channel::Spice))
+                }
+                Err(e) => return Err(Error::Io(Channel::Spice, e)),
             };
             for ev in self.reasm.feed(&self.buf[..n]) {
                 match ev {
                     Ok(m) => self.queue.push_back(m),
-                    Err(e) => return Err(SpiceError::Protocol(e.to_string())),
+                    Err(e) => return Err(Error::SpiceProtocol(e.to_string())),
                 }
             }
         }
     }
 
     /// Non-blocking: the next already-available message, if any.
-    pub fn try_recv(&mut self) -> Result<Option<(Port, Message)>, SpiceError> {
+    pub fn try_recv(&mut self) -> Result<Option<(Port, Message)>, Error> {
         self.recv_until(Instant::now())
     }
 }

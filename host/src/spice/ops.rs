@@ -17,7 +17,8 @@ use guestlink_protocol::vdagent::{
     MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
 };
 
-use super::{SpiceError, SpiceLink};
+use super::SpiceLink;
+use crate::error::{Channel, Error};
 use nix::sys::uio::preadv;
 
 /// Bytes per FILE_XFER_DATA message (spice-gtk's `FILE_XFER_CHUNK_SIZE`).
@@ -42,7 +43,7 @@ struct BatchFrames {
 impl BatchFrames {
     /// Lays out the frames of `len` file bytes of transfer `id` in 64 KiB messages (a zero-length file gets one
     /// empty DATA message, like spice-gtk).
-    fn layout(&mut self, id: u32, len: usize) -> Result<(), SpiceError> {
+    fn layout(&mut self, id: u32, len: usize) -> Result<(), Error> {
         if self.shape == Some((id, len)) {
             return Ok(());
         }
@@ -60,7 +61,7 @@ impl BatchFrames {
                 ChunkMode::Split,
                 &mut self.holes,
             )
-            .map_err(|e| SpiceError::Protocol(e.to_string()))?;
+            .map_err(|e| Error::SpiceProtocol(e.to_string()))?;
             left -= n;
             if left == 0 {
                 break;
@@ -137,7 +138,7 @@ pub fn clipboard_get(
     selection: Selection,
     wanted: ClipboardType,
     timeout: Duration,
-) -> Result<Vec<u8>, SpiceError> {
+) -> Result<Vec<u8>, Error> {
     link.send(
         Port::Client,
         &Message::ClipboardRequest {
@@ -148,8 +149,9 @@ pub fn clipboard_get(
     let deadline = Instant::now() + timeout;
     loop {
         let Some((_, msg)) = link.recv_until(deadline)? else {
-            return Err(SpiceError::Timeout {
-                what: "clipboard request",
+            return Err(Error::Timeout {
+                channel: Channel::Spice,
+                what: "clipboard request".into(),
                 timeout,
             });
         };
@@ -160,7 +162,7 @@ pub fn clipboard_get(
                 data,
             } if s == selection => {
                 if data_type == ClipboardType::None || (data.is_empty() && data_type != wanted) {
-                    return Err(SpiceError::ClipboardEmpty {
+                    return Err(Error::ClipboardEmpty {
                         selection: selection_name(selection),
                         wanted: type_name(wanted),
                     });
@@ -210,7 +212,7 @@ pub fn clipboard_set(
     kind: ClipboardType,
     data: &[u8],
     limits: ServeLimits,
-) -> Result<ServeReport, SpiceError> {
+) -> Result<ServeReport, Error> {
     let serial = link
         .wire()
         .grab_serial
@@ -237,7 +239,7 @@ pub fn clipboard_set(
             Ok(Some((_, m))) => m,
             Ok(None) if end.is_some() => break,
             Ok(None) => continue,
-            Err(SpiceError::Closed) => return Ok(report),
+            Err(Error::Closed(Channel::Spice)) => return Ok(report),
             Err(e) => return Err(e),
         };
         match msg {
@@ -291,9 +293,9 @@ pub struct MonitorSpec {
 }
 
 /// Parses `WxH[+X+Y][,WxH[+X+Y]…]`.
-pub fn parse_monitors(spec: &str) -> Result<Vec<MonitorSpec>, SpiceError> {
+pub fn parse_monitors(spec: &str) -> Result<Vec<MonitorSpec>, Error> {
     let bad = || {
-        SpiceError::Usage(format!(
+        Error::Usage(format!(
             "invalid monitor layout '{spec}': expected WxH[+X+Y][,…]"
         ))
     };
@@ -329,7 +331,7 @@ pub fn resize(
     link: &mut SpiceLink,
     monitors: &[MonitorSpec],
     timeout: Duration,
-) -> Result<(), SpiceError> {
+) -> Result<(), Error> {
     let use_pos = monitors.iter().any(|m| m.pos.is_some());
     let mut x = 0;
     let config = MonitorsConfig {
@@ -363,13 +365,14 @@ pub fn resize(
             )) if message_type == MessageType::MonitorsConfig.as_u32() => {
                 return match result {
                     ReplyResult::Success => Ok(()),
-                    _ => Err(SpiceError::ResizeRefused),
+                    _ => Err(Error::ResizeRefused),
                 };
             }
             Some(_) => {}
             None => {
-                return Err(SpiceError::Timeout {
-                    what: "monitor configuration",
+                return Err(Error::Timeout {
+                    channel: Channel::Spice,
+                    what: "monitor configuration".into(),
                     timeout,
                 })
             }
@@ -414,12 +417,18 @@ fn wait_status(
     deadline: Instant,
     what: &'static str,
     timeout: Duration,
-) -> Result<FileXferStatus, SpiceError> {
+) -> Result<FileXferStatus, Error> {
     loop {
         match link.recv_until(deadline)? {
             Some((_, Message::FileXferStatus(st))) if st.id == id => return Ok(st),
             Some(_) => {}
-            None => return Err(SpiceError::Timeout { what, timeout }),
+            None => {
+                return Err(Error::Timeout {
+                    channel: Channel::Spice,
+                    what: what.into(),
+                    timeout,
+                })
+            }
         }
     }
 }
@@ -431,8 +440,8 @@ pub fn send_file(
     id: u32,
     timeout: Duration,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<u64, SpiceError> {
-    let local = |what, source| SpiceError::Local {
+) -> Result<u64, Error> {
+    let local = |what, source| Error::Local {
         what,
         path: path.into(),
         source,
@@ -446,7 +455,7 @@ pub fn send_file(
     let meta = file.metadata().map_err(|e| local("cannot stat", e))?;
     if !meta.is_file() {
         // START announces the size, which only a regular file has.
-        return Err(SpiceError::Usage(format!(
+        return Err(Error::Usage(format!(
             "{} is not a regular file",
             path.display()
         )));
@@ -455,8 +464,8 @@ pub fn send_file(
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| SpiceError::Usage(format!("{} has no file name", path.display())))?;
-    let fail = |st: &FileXferStatus| SpiceError::Transfer {
+        .ok_or_else(|| Error::Usage(format!("{} has no file name", path.display())))?;
+    let fail = |st: &FileXferStatus| Error::Transfer {
         name: name.clone(),
         reason: status_text(st),
     };

@@ -5,7 +5,7 @@
 //! bytes → [`reply::ReplyDecoder`].
 
 pub mod error;
-pub mod qdict;
+pub(crate) mod qdict;
 pub mod reply;
 pub mod request;
 pub mod schema;

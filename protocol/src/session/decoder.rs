@@ -1,6 +1,18 @@
 //! The incremental [`FrameDecoder`]: bounded buffering, per-frame errors that keep the stream usable, and
 //! optional streaming of large data parts ([`FrameDecoder::streaming`]), so a relay such as guestlinkd can pass
 //! a 16 MiB clipboard answer on while it is still arriving instead of holding all of it first.
+//!
+//! Which entry points when:
+//!
+//! | The reader… | builds the decoder with | feeds with | gets |
+//! |---|---|---|---|
+//! | wants whole messages, data parts in memory (tests, tools) | [`new`](FrameDecoder::new) or [`with_max_body`](FrameDecoder::with_max_body) | [`feed`](FrameDecoder::feed) | [`SessionMessage`]s |
+//! | relays large data parts on as they arrive (guestlinkd reading a session agent) | `with_max_body(cap)` + [`streaming`](FrameDecoder::streaming) | [`feed_events`](FrameDecoder::feed_events) | [`FrameEvent`]s with owned pieces |
+//! | stores one kind's data elsewhere (guestlink-session writing a received file) | `new()` + [`streaming_kind`](FrameDecoder::streaming_kind) | [`feed_borrowed`](FrameDecoder::feed_borrowed) | [`FrameEvent`]s with pieces borrowed from the input |
+//! | reads a streamed part straight into its destination | as above | [`stream_left`](FrameDecoder::stream_left), then [`consumed`](FrameDecoder::consumed) instead of feeding those bytes | `true` when the part is complete |
+//!
+//! Any reader stops on [`is_poisoned`](FrameDecoder::is_poisoned) (a fatal error: the stream is out of step);
+//! [`buffered_bytes`](FrameDecoder::buffered_bytes) is for checking the memory bound (tests, fuzz targets).
 
 use std::ops::Range;
 

@@ -1,4 +1,5 @@
-//! Frame layout, [`encode`] and the incremental [`FrameDecoder`].
+//! Frame layout, [`encode`], [`encode_head`] and [`decode_body`]; the incremental decoder is
+//! [`FrameDecoder`] in `decoder.rs`.
 //!
 //! ```text
 //! header (12 bytes, little endian)
@@ -18,15 +19,15 @@ use super::error::SessionError;
 use super::message::SessionMessage;
 
 /// Frame magic: the bytes `G`, `L` read as a little-endian u16.
-pub const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"GL");
+pub(crate) const FRAME_MAGIC: u16 = u16::from_le_bytes(*b"GL");
 /// Frame format version.
-pub const FRAME_VERSION: u16 = 1;
+pub(crate) const FRAME_VERSION: u16 = 1;
 /// Size of the frame header.
 pub const FRAME_HEADER_SIZE: usize = 12;
 /// Largest frame body: 64 MiB of data plus 4 KiB for the metadata.
 pub const MAX_FRAME_BODY: u32 = 64 * 1024 * 1024 + 4096;
 /// Largest metadata part.
-pub const MAX_META_SIZE: u32 = 1024 * 1024;
+pub(crate) const MAX_META_SIZE: u32 = 1024 * 1024;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -207,7 +207,7 @@ pub enum SessionMessage {
 }
 
 /// The highest frame kind this version knows (kinds are 1..=`MAX_KIND`).
-pub const MAX_KIND: u16 = 19;
+pub(crate) const MAX_KIND: u16 = 19;
 
 /// The frame kind of [`SessionMessage::FileXferData`] (for a decoder that streams only file data).
 pub const KIND_FILE_XFER_DATA: u16 = 9;
@@ -242,7 +242,7 @@ impl SessionMessage {
     }
 
     /// Whether frames of `kind` carry a binary data part.
-    pub fn kind_has_data(kind: u16) -> bool {
+    pub(crate) fn kind_has_data(kind: u16) -> bool {
         matches!(kind, 5 | 9)
     }
 

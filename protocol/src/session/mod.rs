@@ -20,5 +20,5 @@ pub use error::SessionError;
 pub use frame::{decode_body, encode, encode_head, FrameHeader, FRAME_HEADER_SIZE, MAX_FRAME_BODY};
 pub use message::{
     GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor, CAP_CLIPBOARD_FD,
-    KIND_FILE_XFER_DATA, MAX_KIND, SESSION_PROTOCOL_VERSION,
+    KIND_FILE_XFER_DATA, SESSION_PROTOCOL_VERSION,
 };

@@ -179,7 +179,7 @@ impl Capabilities {
     }
 
     /// Whether both `self` and `peer` have `cap` (the rule for optional wire fields).
-    pub fn both_have(&self, peer: &Capabilities, cap: Capability) -> bool {
+    pub(crate) fn both_have(&self, peer: &Capabilities, cap: Capability) -> bool {
         self.has(cap) && peer.has(cap)
     }
 }

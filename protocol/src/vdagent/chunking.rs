@@ -2,6 +2,16 @@
 //!
 //! Towards the guest every chunk body is ≤ 2048 bytes (`VD_AGENT_MAX_DATA_SIZE`, what spice-server delivers);
 //! from the guest spice-vdagentd sends each message as one chunk of any size. Both are offered as [`ChunkMode`].
+//!
+//! Which encoder when:
+//!
+//! | You have | Use | Used by |
+//! |---|---|---|
+//! | a typed [`Message`] | [`encode_message`] | everyone, by default |
+//! | a raw type and any payload, well-formed or not | [`encode_raw_message`] | hostile-input tests, debug tools |
+//! | the same, appended to a buffer you reuse | [`encode_raw_message_into`] | the host batching SPICE messages |
+//! | fixed fields now, bulk data later (read straight into the frames) | [`encode_raw_message_holes`] | the host's `send-file` |
+//! | a CLIPBOARD head to send before relaying its data as it arrives | [`encode_single_head`] | guestlinkd relaying a session's clipboard |
 
 use std::ops::Range;
 
@@ -155,22 +165,6 @@ fn frame_parts(
     Ok(())
 }
 
-/// [`encode_message`] in [`ChunkMode::Single`], split so that bulk data need not be copied into a new buffer:
-/// returns the bytes before the data (chunk header, message header and the payload's fixed fields) and the data,
-/// borrowed from `message`. `head` followed by `data` is exactly `encode_message(port, message, wire,
-/// ChunkMode::Single)`. Only CLIPBOARD carries its data this way; for other messages `data` is empty.
-pub fn encode_single_parts(
-    port: Port,
-    message: &Message,
-    wire: WireFormat,
-) -> Result<(Vec<u8>, &[u8]), VdagentError> {
-    let data: &[u8] = match message {
-        Message::Clipboard { data, .. } => data,
-        _ => &[],
-    };
-    Ok((encode_single_head(port, message, data.len(), wire)?, data))
-}
-
 /// The head of a single-chunk message whose data part is not at hand yet, for a relay that writes the head and
 /// then streams `data_len` data bytes behind it: the chunk and message headers count `data_len`, and the
 /// payload's fixed fields come from `message` (a CLIPBOARD's own data is ignored). Only CLIPBOARD carries a
@@ -222,6 +216,22 @@ pub fn encode_single_head(
 mod tests {
     use super::*;
     use crate::vdagent::{ClipboardType, ReplyResult, Selection};
+
+    /// Test oracle for [`encode_single_head`]: [`encode_message`] in [`ChunkMode::Single`], split into the bytes
+    /// before the data (chunk header, message header and the payload's fixed fields) and the data, borrowed from
+    /// `message`. `head` followed by `data` is exactly `encode_message(port, message, wire,
+    /// ChunkMode::Single)`. Only CLIPBOARD carries its data this way; for other messages `data` is empty.
+    fn encode_single_parts(
+        port: Port,
+        message: &Message,
+        wire: WireFormat,
+    ) -> Result<(Vec<u8>, &[u8]), VdagentError> {
+        let data: &[u8] = match message {
+            Message::Clipboard { data, .. } => data,
+            _ => &[],
+        };
+        Ok((encode_single_head(port, message, data.len(), wire)?, data))
+    }
 
     #[test]
     fn single_parts_concatenate_to_the_single_chunk_encoding() {

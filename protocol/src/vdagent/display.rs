@@ -12,15 +12,15 @@ use super::wire::{len_u32, Put, Reader};
 /// Most monitors accepted in one MONITORS_CONFIG (spice-server's own cap).
 pub const MAX_MONITORS: u32 = 256;
 /// Most entries accepted in one GRAPHICS_DEVICE_INFO.
-pub const MAX_DEVICE_DISPLAYS: u32 = 256;
+pub(crate) const MAX_DEVICE_DISPLAYS: u32 = 256;
 /// Monitors-config flag: x/y are meaningful.
 pub const MONITORS_FLAG_USE_POS: u32 = 1;
 /// Monitors-config flag: a `VDAgentMonitorMM` array follows the monitor array.
-pub const MONITORS_FLAG_PHYSICAL_SIZE: u32 = 2;
+pub(crate) const MONITORS_FLAG_PHYSICAL_SIZE: u32 = 2;
 /// Size of one `VDAgentMonConfig`.
-pub const MON_CONFIG_SIZE: usize = 20;
+pub(crate) const MON_CONFIG_SIZE: usize = 20;
 /// Size of one `VDAgentMonitorMM`.
-pub const MONITOR_MM_SIZE: usize = 4;
+pub(crate) const MONITOR_MM_SIZE: usize = 4;
 
 /// MOUSE_STATE (13 bytes): absolute position on `display_id` and the button mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ pub const G_IO_ERROR_INVALID_FILENAME: u32 = 10;
 /// `G_IO_ERROR_TOO_MANY_OPEN_FILES` (vdagentd: more than 128 active transfers).
 pub const G_IO_ERROR_TOO_MANY_OPEN_FILES: u32 = 31;
 /// Longest accepted file name in bytes (NAME_MAX).
-pub const MAX_FILE_NAME_LEN: usize = 255;
+pub(crate) const MAX_FILE_NAME_LEN: usize = 255;
 
 /// FILE_XFER_START: transfer id plus the key-file metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,7 +279,7 @@ pub fn validate_file_name(name: &str) -> Result<(), FileNameError> {
 ///
 /// ZWNJ and ZWJ (U+200C, U+200D) stay allowed: Persian, Indic scripts and emoji sequences need them, and they
 /// cannot reorder text.
-pub fn is_invisible_format(c: char) -> bool {
+pub(crate) fn is_invisible_format(c: char) -> bool {
     matches!(
         c,
         '\u{061C}'

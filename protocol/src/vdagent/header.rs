@@ -5,13 +5,13 @@
 use super::error::VdagentError;
 
 /// Size of a `VDIChunkHeader` on the wire.
-pub const CHUNK_HEADER_SIZE: usize = 8;
+pub(crate) const CHUNK_HEADER_SIZE: usize = 8;
 /// Size of a `VDAgentMessage` header on the wire.
-pub const MESSAGE_HEADER_SIZE: usize = 20;
+pub(crate) const MESSAGE_HEADER_SIZE: usize = 20;
 /// `VD_AGENT_PROTOCOL`: the only protocol value in use.
-pub const VD_AGENT_PROTOCOL: u32 = 1;
+pub(crate) const VD_AGENT_PROTOCOL: u32 = 1;
 /// `VD_AGENT_MAX_DATA_SIZE`: the largest chunk body sent to the guest.
-pub const MAX_CHUNK_DATA_SIZE: usize = 2048;
+pub(crate) const MAX_CHUNK_DATA_SIZE: usize = 2048;
 
 /// A chunk port (`VDP_CLIENT_PORT` / `VDP_SERVER_PORT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,7 +51,7 @@ impl Port {
 
 /// `VDIChunkHeader`: port and size of the bytes that follow. The port is kept raw so decoding never fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkHeader {
+pub(crate) struct ChunkHeader {
     /// Raw port number (1 = client, 2 = server).
     pub port: u32,
     /// Number of bytes following this header.

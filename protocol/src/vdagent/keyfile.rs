@@ -7,7 +7,7 @@
 use super::error::VdagentError;
 
 /// The key-file group spice-gtk writes.
-pub const FILE_XFER_GROUP: &str = "vdagent-file-xfer";
+pub(crate) const FILE_XFER_GROUP: &str = "vdagent-file-xfer";
 
 /// The fields of a FILE_XFER_START key file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! - [`Message`]: typed payloads of all 16 message types, decoded/encoded under a [`WireFormat`] negotiated from
 //!   both sides' [`Capabilities`];
 //! - [`encode_message`]: message → chunked stream bytes ([`ChunkMode::Split`] towards the guest,
-//!   [`ChunkMode::Single`] from it);
+//!   [`ChunkMode::Single`] from it); the other encoders and when to use them: [`chunking`];
 //! - helpers: [`GrabSerials`] for clipboard grab serials, [`validate_file_name`] for transferred files.
 //!
 //! The host is untrusted: every count and length from the wire is bounded (docs/protocol/vdagent.md#hostile-input).
@@ -26,7 +26,7 @@ mod wire;
 pub use caps::{Capabilities, Capability};
 pub use chunking::{
     encode_message, encode_raw_message, encode_raw_message_holes, encode_raw_message_into,
-    encode_single_head, encode_single_parts, ChunkMode,
+    encode_single_head, ChunkMode,
 };
 pub use clipboard::{ClipboardType, GrabSerials, Selection, SerialRule};
 pub use display::{
@@ -35,9 +35,8 @@ pub use display::{
 };
 pub use error::{FileNameError, VdagentError};
 pub use file_xfer::{
-    is_invisible_format, validate_file_name, FileXferData, FileXferDetail, FileXferResult,
-    FileXferStart, FileXferStatus,
+    validate_file_name, FileXferData, FileXferDetail, FileXferResult, FileXferStart, FileXferStatus,
 };
-pub use header::{ChunkHeader, MessageHeader, MessageType, Port};
+pub use header::{MessageHeader, MessageType, Port};
 pub use message::{Message, RawMessage, ReplyResult, WireFormat};
 pub use reassembly::{Reassembler, ReassemblerConfig, ReassemblyEvent};

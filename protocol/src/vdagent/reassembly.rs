@@ -14,7 +14,7 @@ use super::message::RawMessage;
 use crate::growth::grow_within;
 
 /// Default maximum payload size: 64 MiB of data plus 4 KiB for headers and selection prefixes.
-pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 64 * 1024 * 1024 + 4096;
+pub(crate) const DEFAULT_MAX_MESSAGE_SIZE: u32 = 64 * 1024 * 1024 + 4096;
 
 /// Reassembly limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl ReassemblerConfig {
     }
 
     /// Removes the chunk-size limit.
-    pub fn accept_any_chunk_size(mut self) -> Self {
+    pub(crate) fn accept_any_chunk_size(mut self) -> Self {
         self.max_chunk_size = None;
         self
     }

@@ -18,7 +18,7 @@ pub fn is_valid_codepoint(cp: u32) -> bool {
 ///
 /// Returns the code point (or `None` if invalid) and the number of bytes consumed (at least 1 unless `s` is
 /// empty or starts with NUL).
-pub fn decode_codepoint(s: &[u8]) -> (Option<u32>, usize) {
+pub(crate) fn decode_codepoint(s: &[u8]) -> (Option<u32>, usize) {
     const MIN_CP: [u32; 5] = [0x80, 0x800, 0x10000, 0x200000, 0x4000000];
     let Some(&first) = s.first() else {
         return (None, 0);
@@ -53,7 +53,7 @@ pub fn decode_codepoint(s: &[u8]) -> (Option<u32>, usize) {
 
 /// Converts bytes to text the way QEMU's JSON output treats a C string: stop at the first NUL, decode modified
 /// UTF-8, and replace each invalid sequence with U+FFFD.
-pub fn c_string_lossy(bytes: &[u8]) -> String {
+pub(crate) fn c_string_lossy(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     let mut s = &bytes[..end];
     let mut out = String::with_capacity(s.len());

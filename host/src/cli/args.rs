@@ -1,4 +1,5 @@
-//! Command-line definition (clap derive) of the `guestlink` binary.
+//! Command-line definition (clap derive) of the `guestlink` binary: global options, targets and the agent
+//! subcommands; the SPICE subcommands are defined in `spice.rs` and flattened in here.
 
 use std::path::PathBuf;
 
@@ -95,7 +96,7 @@ pub enum Cmd {
     },
     /// SPICE agent commands (clipboard, resize, send-file, spice-state).
     #[command(flatten)]
-    Spice(guestlink_host::spice::cli::SpiceCmd),
+    Spice(super::spice::SpiceCmd),
 }
 
 /// `exec` arguments.

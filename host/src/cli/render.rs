@@ -1,4 +1,4 @@
-//! Human-readable output of query results.
+//! Human-readable output of query results and of the quiesce report.
 
 use std::io::{Result, Write};
 
