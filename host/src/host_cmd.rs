@@ -36,53 +36,22 @@ impl HostRunner {
 
     /// Install the signal listeners (SIGINT, SIGTERM, SIGHUP); from now on they no longer kill guestlink.
     pub fn arm() -> std::io::Result<Self> {
+        // The handlers are installed here, on the caller's thread, before `arm` returns; a thread forwards them.
+        let mut signals = signal_hook::iterator::Signals::new([
+            Signal::SIGINT as i32,
+            Signal::SIGTERM as i32,
+            Signal::SIGHUP as i32,
+        ])?;
         let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<()>>();
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
+                for sig in signals.forever() {
+                    if tx.send(sig).is_err() {
                         return;
                     }
-                };
-                rt.block_on(async move {
-                    use tokio::signal::unix::{signal, SignalKind};
-                    let setup = (|| {
-                        Ok::<_, std::io::Error>((
-                            signal(SignalKind::interrupt())?,
-                            signal(SignalKind::terminate())?,
-                            signal(SignalKind::hangup())?,
-                        ))
-                    })();
-                    let (mut int, mut term, mut hup) = match setup {
-                        Ok(s) => s,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    loop {
-                        let sig = tokio::select! {
-                            _ = int.recv() => Signal::SIGINT,
-                            _ = term.recv() => Signal::SIGTERM,
-                            _ = hup.recv() => Signal::SIGHUP,
-                        };
-                        if tx.send(sig as i32).is_err() {
-                            return;
-                        }
-                    }
-                });
+                }
             })?;
-        ready_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("signal thread exited"))??;
         Ok(Self {
             signals: rx,
             stdout_to_stderr: false,
