@@ -1,8 +1,8 @@
 //! The QGA command handlers of `guestlinkd` (everything except sync/ping/info/fsfreeze and the policy, which live
 //! in the dispatch core).
 //!
-//! Entry points for the core: [`Services::new`] once at start-up, then [`Services::execute`] per command; errors map
-//! to the wire with [`CommandError::to_qga`].
+//! Entry points for the core: [`Services::new`] once at start-up, then [`Services::execute`] per command, which
+//! returns the core's one [`Output`] type; errors map to the wire with `QgaError::from(CommandError)`.
 #![forbid(unsafe_code)]
 
 pub mod cpu_mem;
@@ -33,6 +33,9 @@ use guestlink_protocol::qga::schema::{
 use serde_json::{json, Map, Value};
 
 pub use error::{CommandError, CommandResult};
+
+use crate::server::dispatch::Backend;
+use crate::server::output::Output;
 
 /// Limits of guest-exec.
 #[derive(Debug, Clone)]
@@ -118,27 +121,6 @@ impl Default for ServicesConfig {
 /// guest-file-read counts up to this are served on the async thread (page-cache reads of a few µs).
 const INLINE_READ_MAX: i64 = 64 * 1024;
 
-/// What a command returns: a JSON value, or the guest-file-read answer with the raw bytes, so the core can write
-/// the reply as `reply_parts().0`, `b64_chunks(..)`, `reply_parts().1` and never hold more than the raw bytes
-/// (≈ 1 × count instead of qemu-ga's ≈ 2.7 × count).
-#[derive(Debug)]
-pub enum Payload {
-    /// Any other command's return value.
-    Value(Value),
-    /// guest-file-read: `{"count", "buf-b64", "eof"}` (see [`file_read::FileRead`]).
-    FileRead(file_read::FileRead),
-}
-
-impl Payload {
-    /// The return value as JSON (moves the base64 string, no copy).
-    pub fn into_value(self) -> Value {
-        match self {
-            Payload::Value(v) => v,
-            Payload::FileRead(r) => r.into_value(),
-        }
-    }
-}
-
 /// The command handlers and their state (open files, exec records).
 #[derive(Debug)]
 pub struct Services {
@@ -166,16 +148,12 @@ impl Services {
         Ok(Services { cfg, files, exec })
     }
 
-    /// Runs one command and returns its QAPI return value (`{}` for commands without one).
+    /// Runs one command: its QAPI return value (`{}` for commands without one), or guest-file-read's answer as a
+    /// [`Output::Streamed`] reply.
     ///
     /// guest-sync(-delimited), guest-ping, guest-info and guest-fsfreeze-* belong to the core and give
     /// `CommandNotFound` here.
-    pub async fn execute(&self, cmd: Command) -> Result<Value, CommandError> {
-        self.execute_payload(cmd).await.map(Payload::into_value)
-    }
-
-    /// Like [`Services::execute`], but guest-file-read's answer comes back as [`Payload::FileRead`].
-    pub async fn execute_payload(&self, cmd: Command) -> Result<Payload, CommandError> {
+    pub async fn execute(&self, cmd: Command) -> Result<Output, CommandError> {
         let cfg = &self.cfg;
         let proc_root = cfg.proc_root.clone();
         let sys_root = cfg.sys_root.clone();
@@ -281,7 +259,7 @@ impl Services {
                     let files = self.files.clone();
                     blocking(move || files.read(a.handle, a.count)).await?
                 };
-                return Ok(Payload::FileRead(r));
+                return Ok(Output::Streamed(Box::new(r)));
             }
             Command::GuestFileWrite(a) => {
                 let files = self.files.clone();
@@ -345,7 +323,13 @@ impl Services {
                 return Err(CommandError::Qga(QgaError::not_found(other.name())));
             }
         };
-        Ok(Payload::Value(v))
+        Ok(Output::Value(v))
+    }
+}
+
+impl Backend for Services {
+    async fn execute(&self, cmd: Command) -> Result<Output, CommandError> {
+        Services::execute(self, cmd).await
     }
 }
 
@@ -362,6 +346,22 @@ mod tests {
         Command::parse(name, args.as_object()).unwrap()
     }
 
+    /// The return value a reply carries, whether it was a value or streamed (the pieces joined and parsed).
+    async fn run(s: &Services, c: Command) -> Result<Value, CommandError> {
+        Ok(match s.execute(c).await? {
+            Output::Value(v) => v,
+            Output::Streamed(r) => {
+                let (mut line, suffix) = r.reply_parts(None, false);
+                for c in r.chunks() {
+                    line.extend_from_slice(c.as_bytes());
+                }
+                line.extend_from_slice(&suffix);
+                let mut v: Value = serde_json::from_slice(&line).unwrap();
+                v["return"].take()
+            }
+        })
+    }
+
     fn services(dir: &std::path::Path) -> Services {
         Services::new(ServicesConfig {
             statedir: dir.to_owned(),
@@ -375,30 +375,26 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = services(d.path());
         let path = d.path().join("foo");
-        let h = s
-            .execute(cmd("guest-file-open", json!({"path": path, "mode": "w+"})))
+        let h = run(&s, cmd("guest-file-open", json!({"path": path, "mode": "w+"})))
             .await
             .unwrap();
         assert_eq!(h, json!(1000));
         let b64 = base64::engine::general_purpose::STANDARD.encode(b"Hello World!\n\0");
-        let w = s
-            .execute(cmd(
+        let w = run(&s, cmd(
                 "guest-file-write",
                 json!({"handle": 1000, "buf-b64": b64}),
             ))
             .await
             .unwrap();
         assert_eq!(w, json!({"count": 14, "eof": false}));
-        let p = s
-            .execute(cmd(
+        let p = run(&s, cmd(
                 "guest-file-seek",
                 json!({"handle": 1000, "offset": 6, "whence": "set"}),
             ))
             .await
             .unwrap();
         assert_eq!(p, json!({"position": 6, "eof": false}));
-        let r = s
-            .execute(cmd(
+        let r = run(&s, cmd(
                 "guest-file-read",
                 json!({"handle": 1000, "count": 100000}),
             ))
@@ -406,20 +402,19 @@ mod tests {
             .unwrap();
         assert_eq!(r["count"], 8);
         assert_eq!(r["eof"], true);
-        s.execute(cmd("guest-file-flush", json!({"handle": 1000})))
+        run(&s, cmd("guest-file-flush", json!({"handle": 1000})))
             .await
             .unwrap();
-        s.execute(cmd("guest-file-close", json!({"handle": 1000})))
+        run(&s, cmd("guest-file-close", json!({"handle": 1000})))
             .await
             .unwrap();
-        let e = s
-            .execute(cmd("guest-file-close", json!({"handle": 1000})))
+        let e = run(&s, cmd("guest-file-close", json!({"handle": 1000})))
             .await
             .unwrap_err();
-        assert_eq!(e.to_qga().desc, "handle '1000' has not been found");
-        let e = s.execute(cmd("guest-ping", json!({}))).await.unwrap_err();
+        assert_eq!(QgaError::from(e).desc, "handle '1000' has not been found");
+        let e = run(&s, cmd("guest-ping", json!({}))).await.unwrap_err();
         assert_eq!(
-            e.to_qga().class,
+            QgaError::from(e).class,
             guestlink_protocol::qga::ErrorClass::CommandNotFound
         );
     }
@@ -428,8 +423,7 @@ mod tests {
     async fn exec_and_info_through_dispatch() {
         let d = tempfile::tempdir().unwrap();
         let s = services(d.path());
-        let pid = s
-            .execute(cmd(
+        let pid = run(&s, cmd(
                 "guest-exec",
                 json!({"path": "/bin/sh", "arg": ["-c", "printf hi"], "capture-output": "merged"}),
             ))
@@ -439,8 +433,7 @@ mod tests {
             .unwrap();
         let start = std::time::Instant::now();
         let st = loop {
-            let st = s
-                .execute(cmd("guest-exec-status", json!({"pid": pid})))
+            let st = run(&s, cmd("guest-exec-status", json!({"pid": pid})))
                 .await
                 .unwrap();
             if st["exited"] == true {
@@ -463,7 +456,7 @@ mod tests {
             "guest-get-fsinfo",
             "guest-get-disks",
         ] {
-            let v = s.execute(cmd(name, json!({}))).await;
+            let v = run(&s, cmd(name, json!({}))).await;
             assert!(v.is_ok(), "{name}: {v:?}");
         }
     }

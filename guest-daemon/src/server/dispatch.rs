@@ -7,48 +7,40 @@ use std::future::Future;
 use std::sync::Arc;
 
 use guestlink_protocol::qga::schema::{find_command, Command, COMMANDS};
-use guestlink_protocol::qga::{QgaError, Reply, Request};
+use guestlink_protocol::qga::{QgaError, Request};
 use serde_json::{json, Value};
 
+use super::output::Output;
 use super::policy::Policy;
+use crate::commands::CommandError;
 use crate::freeze::Freezer;
 
-/// A reply written in pieces so a large body (guest-file-read's base64) is never held as one JSON string.
-pub trait StreamedReply: Send + Sync + std::fmt::Debug {
-    /// The reply line split around the large member: `(prefix, suffix)`, framing (0xFF, `id`, member order)
-    /// exactly as `encode_reply` would produce it.
-    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>);
-    /// The large member's text, in order, already JSON-safe (base64).
-    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_>;
+/// What the core sends for one request: the reply's id, its body, and whether it is framed with 0xFF
+/// (guest-sync-delimited).
+#[derive(Debug)]
+pub struct Response {
+    /// The request id.
+    pub id: Option<Value>,
+    /// The return value, or the wire error.
+    pub body: Result<Output, QgaError>,
+    /// Whether the reply starts with 0xFF.
+    pub delimited: bool,
 }
 
-/// What a handler returns.
-#[derive(Debug)]
-pub enum Output {
-    /// Any return value.
-    Value(Value),
-    /// A reply to be written in pieces (guest-file-read).
-    Streamed(Box<dyn StreamedReply>),
-}
-
-/// What the core sends for one request.
-#[derive(Debug)]
-pub enum Response {
-    /// An ordinary reply.
-    Reply(Reply),
-    /// A reply written in pieces.
-    Streamed {
-        /// The request id.
-        id: Option<Value>,
-        /// The body.
-        body: Box<dyn StreamedReply>,
-    },
+impl Response {
+    fn err(id: Option<Value>, e: QgaError) -> Self {
+        Response {
+            id,
+            body: Err(e),
+            delimited: false,
+        }
+    }
 }
 
 /// The command handlers behind the core.
 pub trait Backend: Send + Sync {
     /// Run one parsed command.
-    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Output, QgaError>> + Send;
+    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Output, CommandError>> + Send;
 }
 
 /// The dispatch core.
@@ -93,80 +85,61 @@ impl<B: Backend> Dispatcher<B> {
     pub async fn handle(&self, value: Value) -> Option<Response> {
         let req = match Request::from_value(value) {
             Ok(r) => r,
-            Err(e) => return Some(Response::Reply(Reply::err(e.id, e.error))),
+            Err(e) => return Some(Response::err(e.id, e.error)),
         };
         let id = req.id.clone();
         let name = req.execute.as_str();
         let Some(spec) = find_command(name) else {
             tracing::debug!(command = name, "unknown command");
-            return Some(Response::Reply(Reply::err(id, QgaError::not_found(name))));
+            return Some(Response::err(id, QgaError::not_found(name)));
         };
         // Commands qemu-ga has no Linux implementation of (guest-get-devices) are stubs it disables at start:
         // "Command guest-get-devices has been disabled", before any argument check (qemu-ga 7.2, measured).
         if !spec.linux {
             tracing::debug!(command = name, "not implemented on Linux: disabled");
-            return Some(Response::Reply(Reply::err(
-                id,
-                QgaError::disabled(name, None),
-            )));
+            return Some(Response::err(id, QgaError::disabled(name, None),
+            ));
         }
         if let Err(e) = self.policy.check(name, self.freezer.is_frozen()) {
             tracing::debug!(command = name, "refused: {}", e.desc);
-            return Some(Response::Reply(Reply::err(id, e)));
+            return Some(Response::err(id, e));
         }
         let cmd = match req.command() {
             Ok(c) => c,
-            Err(e) => return Some(Response::Reply(Reply::err(id, e))),
+            Err(e) => return Some(Response::err(id, e)),
         };
         tracing::debug!(command = name, id = ?req.id, "executing");
         let success_response = cmd.success_response();
-        let mut delimited = false;
-        let result = match cmd {
-            Command::GuestSync(a) => Ok(json!(a.id)),
-            Command::GuestSyncDelimited(a) => {
-                delimited = true;
-                Ok(json!(a.id))
-            }
-            Command::GuestPing => Ok(json!({})),
-            Command::GuestInfo => Ok(self.guest_info()),
-            Command::GuestFsfreezeStatus => Ok(json!(self.freezer.status())),
+        let delimited = matches!(cmd, Command::GuestSyncDelimited(_));
+        let result: Result<Output, CommandError> = match cmd {
+            Command::GuestSync(a) | Command::GuestSyncDelimited(a) => Ok(json!(a.id).into()),
+            Command::GuestPing => Ok(json!({}).into()),
+            Command::GuestInfo => Ok(self.guest_info().into()),
+            Command::GuestFsfreezeStatus => Ok(json!(self.freezer.status()).into()),
             Command::GuestFsfreezeFreeze => self.freeze(None).await,
             Command::GuestFsfreezeFreezeList(a) => self.freeze(a.mountpoints).await,
-            Command::GuestFsfreezeThaw => self
-                .freezer
-                .thaw()
-                .await
-                .map(|n| json!(n))
-                .map_err(|e| QgaError::generic(e.to_string())),
-            other => match self.backend.execute(other).await {
-                Ok(Output::Value(v)) => Ok(v),
-                Ok(Output::Streamed(body)) => {
-                    tracing::debug!(command = name, "ok");
-                    return Some(Response::Streamed { id, body });
-                }
-                Err(e) => Err(e),
-            },
+            Command::GuestFsfreezeThaw => self.thaw().await,
+            other => self.backend.execute(other).await,
         };
         match &result {
             Ok(_) => tracing::debug!(command = name, "ok"),
-            Err(e) => tracing::debug!(command = name, "error: {}", e.desc),
+            Err(e) => tracing::debug!(command = name, "error: {e}"),
         }
         match result {
             Ok(_) if !success_response => None,
-            Ok(v) => Some(Response::Reply(Reply {
+            body => Some(Response {
                 id,
-                body: Ok(v),
-                delimited,
-            })),
-            Err(e) => Some(Response::Reply(Reply::err(id, e))),
+                delimited: delimited && body.is_ok(),
+                body: body.map_err(QgaError::from),
+            }),
         }
     }
 
-    async fn freeze(&self, only: Option<Vec<String>>) -> Result<Value, QgaError> {
-        self.freezer
-            .freeze(only)
-            .await
-            .map(|n| json!(n))
-            .map_err(|e| QgaError::generic(e.to_string()))
+    async fn thaw(&self) -> Result<Output, CommandError> {
+        Ok(json!(self.freezer.thaw().await?).into())
+    }
+
+    async fn freeze(&self, only: Option<Vec<String>>) -> Result<Output, CommandError> {
+        Ok(json!(self.freezer.freeze(only).await?).into())
     }
 }

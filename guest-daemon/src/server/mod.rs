@@ -2,6 +2,7 @@
 //! transport. One request at a time, in order; each reply is written before the next request is handled.
 
 pub mod dispatch;
+pub mod output;
 pub mod policy;
 #[cfg(test)]
 mod tests;
@@ -10,6 +11,7 @@ use guestlink_protocol::qga::{encode_reply, JsonStreamer, Limits, Reply, StreamE
 
 use crate::transport::{Channel, TransportError};
 use dispatch::{Backend, Dispatcher, Response};
+use output::Output;
 
 /// qemu-ga's read size (`QGA_READ_COUNT_DEFAULT`).
 const READ_CHUNK: usize = 4096;
@@ -18,31 +20,43 @@ const READ_CHUNK: usize = 4096;
 async fn respond<B: Backend>(d: &Dispatcher<B>, ev: StreamEvent) -> Option<Response> {
     match ev {
         StreamEvent::Value(v) => d.handle(v).await,
-        StreamEvent::Error(e) => Some(Response::Reply(Reply::err(None, e))),
+        StreamEvent::Error(e) => Some(Response {
+            id: None,
+            body: Err(e),
+            delimited: false,
+        }),
     }
 }
 
-/// The pieces of a response on the wire, in order. An ordinary reply is one piece; a streamed one (guest-file-read)
+/// The pieces of a response on the wire, in order (a value is moved out of `resp`). An ordinary reply is one piece; a streamed one (guest-file-read)
 /// is its prefix, the base64 chunks, and its suffix, so the large body is never joined into one buffer.
 fn pieces<'a>(
-    resp: &'a Response,
+    resp: &'a mut Response,
     out: &'a mut Vec<u8>,
 ) -> Box<dyn Iterator<Item = Piece<'a>> + 'a> {
-    match resp {
-        Response::Reply(r) => {
-            out.clear();
-            encode_reply(r, out);
-            Box::new(std::iter::once(Piece::Borrowed(&out[..])))
-        }
-        Response::Streamed { id, body } => {
-            let (prefix, suffix) = body.reply_parts(id.clone(), false);
-            Box::new(
+    let reply = match &mut resp.body {
+        Ok(Output::Streamed(body)) => {
+            let (prefix, suffix) = body.reply_parts(resp.id.clone(), resp.delimited);
+            return Box::new(
                 std::iter::once(Piece::Owned(prefix))
                     .chain(body.chunks().map(|c| Piece::Owned(c.into_bytes())))
                     .chain(std::iter::once(Piece::Owned(suffix))),
-            )
+            );
         }
-    }
+        Ok(Output::Value(v)) => Reply {
+            id: resp.id.clone(),
+            body: Ok(std::mem::take(v)),
+            delimited: resp.delimited,
+        },
+        Err(e) => Reply {
+            id: resp.id.clone(),
+            body: Err(e.clone()),
+            delimited: resp.delimited,
+        },
+    };
+    out.clear();
+    encode_reply(&reply, out);
+    Box::new(std::iter::once(Piece::Borrowed(&out[..])))
 }
 
 /// One piece of a reply.
@@ -70,8 +84,8 @@ pub async fn process<B: Backend>(
 ) {
     let mut buf = Vec::new();
     for ev in streamer.feed(bytes) {
-        if let Some(resp) = respond(d, ev).await {
-            for p in pieces(&resp, &mut buf) {
+        if let Some(mut resp) = respond(d, ev).await {
+            for p in pieces(&mut resp, &mut buf) {
                 out.extend_from_slice(p.bytes());
             }
         }
@@ -92,10 +106,10 @@ pub async fn serve<B: Backend>(
             Err(e) => return e,
         };
         for ev in streamer.feed(&buf[..n]) {
-            let Some(resp) = respond(d, ev).await else {
+            let Some(mut resp) = respond(d, ev).await else {
                 continue;
             };
-            for p in pieces(&resp, &mut out) {
+            for p in pieces(&mut resp, &mut out) {
                 if let Err(e) = channel.write_all(p.bytes()).await {
                     return e;
                 }

@@ -3,10 +3,11 @@
 use std::sync::{Arc, Mutex};
 
 use guestlink_protocol::qga::schema::Command;
-use guestlink_protocol::qga::QgaError;
 use serde_json::{json, Value};
 
-use super::dispatch::{Backend, Dispatcher, Output, StreamedReply};
+use super::dispatch::{Backend, Dispatcher};
+use super::output::{Output, StreamedReply};
+use crate::commands::CommandError;
 use super::policy::Policy;
 use super::{new_streamer, process};
 use crate::cli::HookFailure;
@@ -20,12 +21,12 @@ struct FakeBackend {
 }
 
 impl Backend for Arc<FakeBackend> {
-    async fn execute(&self, cmd: Command) -> Result<Output, QgaError> {
+    async fn execute(&self, cmd: Command) -> Result<Output, CommandError> {
         self.seen.lock().unwrap().push(cmd.name().to_owned());
         match cmd {
             Command::GuestGetTime => Ok(Output::Value(json!(1234))),
             Command::GuestFileRead(_) => Ok(Output::Streamed(Box::new(FakeStreamed))),
-            Command::GuestSuspendRam => Err(QgaError::generic("suspend failed")),
+            Command::GuestSuspendRam => Err(CommandError::generic("suspend failed")),
             _ => Ok(Output::Value(json!({}))),
         }
     }
