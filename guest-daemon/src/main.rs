@@ -179,7 +179,7 @@ async fn run(
         tracing::debug!("disabling command: {name}");
     }
     let version = g.info_version.clone().unwrap_or_else(|| VERSION.to_owned());
-    let d = Dispatcher::new(services, Arc::clone(&freezer), policy, version);
+    let d: Dispatcher<_> = Dispatcher::new(services, Arc::clone(&freezer), policy, version);
 
     qga_loop::serve(&cfg, &d, &freezer, spice).await
 }

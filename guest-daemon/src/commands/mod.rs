@@ -1,8 +1,9 @@
 //! The QGA command handlers of `guestlinkd` (everything except sync/ping/info/fsfreeze and the policy, which live
 //! in the dispatch core).
 //!
-//! Entry points for the core: [`Services::new`] once at start-up, then [`Services::execute`] per command, which
-//! returns the core's one [`Output`] type; errors map to the wire with `QgaError::from(CommandError)`.
+//! Entry points for the core: [`Services::new`] once at start-up; then the dispatch core calls one method of the
+//! schema's `Handlers` trait per command ([`handlers`]), which returns the core's one output type
+//! (`server::output::Output`); errors map to the wire with `QgaError::from(CommandError)`.
 #![forbid(unsafe_code)]
 
 pub mod cpu_mem;
@@ -13,6 +14,7 @@ pub mod file;
 pub mod file_read;
 pub mod fsinfo;
 pub mod fstrim;
+mod handlers;
 pub mod network;
 pub mod osinfo;
 pub mod posix_tz;
@@ -26,16 +28,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use guestlink_protocol::qga::error::QgaError;
-use guestlink_protocol::qga::schema::{
-    Command, GuestExecCaptureOutputMode, GuestFileWhence, QgaSeek,
-};
-use serde_json::{json, Map, Value};
 
 pub use error::{CommandError, CommandResult};
 
-use crate::server::dispatch::Backend;
-use crate::server::output::Output;
 
 /// Limits of guest-exec.
 #[derive(Debug, Clone)]
@@ -147,200 +142,60 @@ impl Services {
         let exec = exec::ExecTable::new(cfg.exec.clone());
         Ok(Services { cfg, files, exec })
     }
-
-    /// Runs one command: its QAPI return value (`{}` for commands without one), or guest-file-read's answer as a
-    /// [`Output::Streamed`] reply.
-    ///
-    /// guest-sync(-delimited), guest-ping, guest-info and guest-fsfreeze-* belong to the core and give
-    /// `CommandNotFound` here.
-    pub async fn execute(&self, cmd: Command) -> Result<Output, CommandError> {
-        let cfg = &self.cfg;
-        let proc_root = cfg.proc_root.clone();
-        let sys_root = cfg.sys_root.clone();
-        let empty = || Value::Object(Map::new());
-        let v = match cmd {
-            Command::GuestGetTime => json!(system::get_time()),
-            Command::GuestGetHostName => system::get_host_name(),
-            Command::GuestGetTimezone => system::get_timezone(),
-            Command::GuestGetLoad => system::get_load(&proc_root)?,
-            Command::GuestGetOsinfo => system_blocking(osinfo::get_osinfo).await?,
-            Command::GuestGetUsers => users::get_users(std::path::Path::new("/var/run/utmp"))?,
-            Command::GuestGetVcpus => cpu_mem::get_vcpus(&sys_root)?,
-            Command::GuestGetMemoryBlocks => cpu_mem::get_memory_blocks(&sys_root)?,
-            Command::GuestGetMemoryBlockInfo => cpu_mem::get_memory_block_info(&sys_root)?,
-            Command::GuestGetCpustats => cpu_mem::get_cpustats(&proc_root)?,
-            Command::GuestGetDiskstats => cpu_mem::get_diskstats(&proc_root)?,
-            Command::GuestNetworkGetInterfaces => network::get_interfaces(&proc_root, &sys_root)?,
-            Command::GuestNetworkGetRoute => network::get_routes(&proc_root)?,
-            Command::GuestGetFsinfo => {
-                blocking(move || fsinfo::get_fsinfo(&proc_root, &sys_root)).await?
-            }
-            Command::GuestGetDisks => blocking(move || disks::get_disks(&sys_root)).await?,
-            Command::GuestGetDevices => return Err(CommandError::Unsupported),
-            Command::GuestSetTime(a) => {
-                let st = system::SetTime {
-                    hwclock: cfg.tools.hwclock.clone(),
-                };
-                st.run(a.time).await?;
-                empty()
-            }
-            Command::GuestShutdown(a) => {
-                power::shutdown(&cfg.tools, a.mode.as_deref()).await?;
-                empty()
-            }
-            Command::GuestSuspendDisk => {
-                power::suspend(&sys_root, power::SuspendMode::Disk).await?;
-                empty()
-            }
-            Command::GuestSuspendRam => {
-                power::suspend(&sys_root, power::SuspendMode::Ram).await?;
-                empty()
-            }
-            Command::GuestSuspendHybrid => {
-                power::suspend(&sys_root, power::SuspendMode::Hybrid).await?;
-                empty()
-            }
-            Command::GuestSetVcpus(a) => {
-                let list: Vec<(i64, bool)> =
-                    a.vcpus.iter().map(|v| (v.logical_id, v.online)).collect();
-                json!(cpu_mem::set_vcpus(&sys_root, &list)?)
-            }
-            Command::GuestSetMemoryBlocks(a) => {
-                let list: Vec<(u64, bool)> = a
-                    .mem_blks
-                    .iter()
-                    .map(|b| (b.phys_index, b.online))
-                    .collect();
-                cpu_mem::set_memory_blocks(&sys_root, &list)
-            }
-            Command::GuestSetUserPassword(a) => {
-                ssh::set_user_password(&cfg.tools.chpasswd, &a.username, &a.password, a.crypted)
-                    .await?;
-                empty()
-            }
-            Command::GuestSshGetAuthorizedKeys(a) => {
-                blocking(move || ssh::get_keys(&ssh::lookup(&a.username)?)).await?
-            }
-            Command::GuestSshAddAuthorizedKeys(a) => {
-                blocking(move || {
-                    // qemu-ga checks the keys before looking the user up.
-                    ssh::add_keys(
-                        &ssh::lookup_after_key_check(&a.username, &a.keys)?,
-                        &a.keys,
-                        a.reset.unwrap_or(false),
-                    )
-                })
-                .await?;
-                empty()
-            }
-            Command::GuestSshRemoveAuthorizedKeys(a) => {
-                blocking(move || {
-                    ssh::remove_keys(&ssh::lookup_after_key_check(&a.username, &a.keys)?, &a.keys)
-                })
-                .await?;
-                empty()
-            }
-            Command::GuestFstrim(a) => {
-                blocking(move || fstrim::fstrim(&proc_root, a.minimum)).await?
-            }
-            Command::GuestFileOpen(a) => {
-                let files = self.files.clone();
-                json!(blocking(move || files.open(&a.path, a.mode.as_deref())).await?)
-            }
-            Command::GuestFileClose(a) => {
-                self.files.close(a.handle)?;
-                empty()
-            }
-            Command::GuestFileRead(a) => {
-                // Small reads (the 4 KiB default) are cheaper inline than a hop to the blocking pool.
-                let r = if a.count.unwrap_or(file::READ_COUNT_DEFAULT) <= INLINE_READ_MAX {
-                    self.files.read(a.handle, a.count)?
-                } else {
-                    let files = self.files.clone();
-                    blocking(move || files.read(a.handle, a.count)).await?
-                };
-                return Ok(Output::Streamed(Box::new(r)));
-            }
-            Command::GuestFileWrite(a) => {
-                let files = self.files.clone();
-                let (count, eof) =
-                    blocking(move || files.write(a.handle, &a.buf_b64, a.count)).await?;
-                json!({ "count": count, "eof": eof })
-            }
-            Command::GuestFileSeek(a) => {
-                let whence = match a.whence {
-                    GuestFileWhence::Value(v) => v,
-                    GuestFileWhence::Name(QgaSeek::Set) => 0,
-                    GuestFileWhence::Name(QgaSeek::Cur) => 1,
-                    GuestFileWhence::Name(QgaSeek::End) => 2,
-                };
-                let files = self.files.clone();
-                let (position, eof) =
-                    blocking(move || files.seek(a.handle, a.offset, whence)).await?;
-                json!({ "position": position, "eof": eof })
-            }
-            Command::GuestFileFlush(a) => {
-                let files = self.files.clone();
-                blocking(move || files.flush(a.handle)).await?;
-                empty()
-            }
-            Command::GuestExec(a) => {
-                let capture = match a.capture_mode() {
-                    GuestExecCaptureOutputMode::None => exec::Capture::None,
-                    GuestExecCaptureOutputMode::Stdout => exec::Capture::Stdout,
-                    GuestExecCaptureOutputMode::Stderr => exec::Capture::Stderr,
-                    GuestExecCaptureOutputMode::Separated => exec::Capture::Separated,
-                    GuestExecCaptureOutputMode::Merged => exec::Capture::Merged,
-                };
-                let req = exec::ExecRequest {
-                    path: a.path,
-                    args: a.arg.unwrap_or_default(),
-                    env: a.env,
-                    input_data: a.input_data,
-                    capture,
-                };
-                json!({ "pid": self.exec.spawn(&req)? })
-            }
-            Command::GuestExecStatus(a) => self.exec.status(a.pid)?,
-            Command::GuestlinkExecRead(a) => {
-                self.exec
-                    .read(a.pid, a.out_offset, a.err_offset, a.wait_ms)
-                    .await?
-            }
-            Command::GuestlinkFileRename(a) => {
-                blocking(move || file::rename(&a.from, &a.to)).await?;
-                empty()
-            }
-            Command::GuestlinkFileSha256(a) => blocking(move || file::sha256(&a.path)).await?,
-            other @ (Command::GuestPing
-            | Command::GuestInfo
-            | Command::GuestSync(_)
-            | Command::GuestSyncDelimited(_)
-            | Command::GuestFsfreezeStatus
-            | Command::GuestFsfreezeFreeze
-            | Command::GuestFsfreezeFreezeList(_)
-            | Command::GuestFsfreezeThaw) => {
-                return Err(CommandError::Qga(QgaError::not_found(other.name())));
-            }
-        };
-        Ok(Output::Value(v))
-    }
 }
 
-impl Backend for Services {
-    async fn execute(&self, cmd: Command) -> Result<Output, CommandError> {
-        Services::execute(self, cmd).await
-    }
-}
-
-async fn system_blocking(f: fn() -> Value) -> CommandResult<Value> {
-    blocking(move || Ok(f())).await
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use base64::Engine;
+    use guestlink_protocol::qga::schema::*;
+    use guestlink_protocol::qga::QgaError;
+    use serde_json::{json, Value};
+
+    use crate::server::output::Output;
+
+    /// Stands in for the dispatch core: its commands are not the handlers' business (`CommandNotFound`).
+    struct NoCore;
+
+    impl Outcome for NoCore {
+        type Output = Output;
+        type Error = CommandError;
+    }
+
+    fn not_core(name: &str) -> Result<Output, CommandError> {
+        Err(QgaError::not_found(name).into())
+    }
+
+    impl CoreHandlers for NoCore {
+        async fn guest_sync_delimited(&self, _: GuestSyncArgs) -> Result<Output, CommandError> {
+            not_core("guest-sync-delimited")
+        }
+        async fn guest_sync(&self, _: GuestSyncArgs) -> Result<Output, CommandError> {
+            not_core("guest-sync")
+        }
+        async fn guest_ping(&self) -> Result<Output, CommandError> {
+            not_core("guest-ping")
+        }
+        async fn guest_info(&self) -> Result<Output, CommandError> {
+            not_core("guest-info")
+        }
+        async fn guest_fsfreeze_status(&self) -> Result<Output, CommandError> {
+            not_core("guest-fsfreeze-status")
+        }
+        async fn guest_fsfreeze_freeze(&self) -> Result<Output, CommandError> {
+            not_core("guest-fsfreeze-freeze")
+        }
+        async fn guest_fsfreeze_freeze_list(
+            &self,
+            _: GuestFsfreezeFreezeListArgs,
+        ) -> Result<Output, CommandError> {
+            not_core("guest-fsfreeze-freeze-list")
+        }
+        async fn guest_fsfreeze_thaw(&self) -> Result<Output, CommandError> {
+            not_core("guest-fsfreeze-thaw")
+        }
+    }
 
     fn cmd(name: &str, args: Value) -> Command {
         Command::parse(name, args.as_object()).unwrap()
@@ -348,7 +203,7 @@ mod tests {
 
     /// The return value a reply carries, whether it was a value or streamed (the pieces joined and parsed).
     async fn run(s: &Services, c: Command) -> Result<Value, CommandError> {
-        Ok(match s.execute(c).await? {
+        Ok(match c.run(&NoCore, s).await? {
             Output::Value(v) => v,
             Output::Streamed(r) => {
                 let (mut line, suffix) = r.reply_parts(None, false);

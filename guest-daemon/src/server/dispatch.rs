@@ -1,15 +1,19 @@
 //! One request, start to finish: envelope → schema lookup → policy → argument parsing → handler → reply.
 //!
-//! guest-sync, guest-sync-delimited, guest-ping, guest-info and guest-fsfreeze-* are answered here; everything
-//! else goes to the command handlers ([`Backend`], i.e. `commands::Services`).
+//! Which handler runs is decided by the command's declaration (`protocol/src/qga/schema/mod.rs`): commands declared
+//! `method in core` (guest-sync, guest-sync-delimited, guest-ping, guest-info, guest-fsfreeze-*) go to [`Core`],
+//! every other to the command handlers `H` (`commands::Services`). The reply's framing (no reply on success,
+//! 0xFF before it) comes from the command's schema entry too.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use guestlink_protocol::qga::schema::{find_command, Command, COMMANDS};
+use guestlink_protocol::qga::schema::{Command, Outcome, Run};
 use guestlink_protocol::qga::{QgaError, Request};
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::core::Core;
 use super::output::Output;
 use super::policy::Policy;
 use crate::commands::CommandError;
@@ -37,59 +41,49 @@ impl Response {
     }
 }
 
-/// The command handlers behind the core.
-pub trait Backend: Send + Sync {
-    /// Run one parsed command.
-    fn execute(&self, cmd: Command) -> impl Future<Output = Result<Output, CommandError>> + Send;
+/// Something that answers requests: the dispatch loop's view of a [`Dispatcher`].
+pub trait Handle: Sync {
+    /// Handle one top-level JSON value; `None` when nothing is to be sent (success of a no-response command).
+    fn handle(&self, value: Value) -> impl Future<Output = Option<Response>> + Send;
 }
 
-/// The dispatch core.
+/// The dispatch core: the command set `C` (the schema's [`Command`] unless a test declares its own), its core
+/// handlers and its command handlers `H`.
 #[derive(Debug)]
-pub struct Dispatcher<B> {
-    backend: B,
-    freezer: Arc<Freezer>,
-    policy: Policy,
-    version: String,
+pub struct Dispatcher<H, C = Command> {
+    core: Core,
+    handlers: H,
+    set: PhantomData<fn() -> C>,
 }
 
-impl<B: Backend> Dispatcher<B> {
+impl<H, C> Dispatcher<H, C> {
     /// A dispatcher. `version` is what `guest-info` reports.
-    pub fn new(backend: B, freezer: Arc<Freezer>, policy: Policy, version: String) -> Self {
+    pub fn new(handlers: H, freezer: Arc<Freezer>, policy: Policy, version: String) -> Self {
         Dispatcher {
-            backend,
-            freezer,
-            policy,
-            version,
+            core: Core {
+                freezer,
+                policy,
+                version,
+            },
+            handlers,
+            set: PhantomData,
         }
     }
+}
 
-    /// `guest-info`: every command of the schema, in qemu-ga's (reversed) order. Commands qemu-ga does not
-    /// implement on Linux (guest-get-devices) are listed disabled, as qemu-ga 7.2 does.
-    pub fn guest_info(&self) -> Value {
-        let frozen = self.freezer.is_frozen();
-        let cmds: Vec<Value> = COMMANDS
-            .iter()
-            .rev()
-            .map(|c| {
-                json!({
-                    "enabled": c.linux && self.policy.is_enabled(c.name, frozen),
-                    "name": c.name,
-                    "success-response": c.success_response,
-                })
-            })
-            .collect();
-        json!({ "version": self.version, "supported_commands": cmds })
-    }
-
-    /// Handle one top-level JSON value; `None` when nothing is to be sent (success of a no-response command).
-    pub async fn handle(&self, value: Value) -> Option<Response> {
+impl<H, C> Handle for Dispatcher<H, C>
+where
+    H: Outcome<Output = Output, Error = CommandError> + Sync,
+    C: Run<Core, H>,
+{
+    async fn handle(&self, value: Value) -> Option<Response> {
         let req = match Request::from_value(value) {
             Ok(r) => r,
             Err(e) => return Some(Response::err(e.id, e.error)),
         };
         let id = req.id.clone();
         let name = req.execute.as_str();
-        let Some(spec) = find_command(name) else {
+        let Some(spec) = C::find(name) else {
             tracing::debug!(command = name, "unknown command");
             return Some(Response::err(id, QgaError::not_found(name)));
         };
@@ -97,49 +91,33 @@ impl<B: Backend> Dispatcher<B> {
         // "Command guest-get-devices has been disabled", before any argument check (qemu-ga 7.2, measured).
         if !spec.linux {
             tracing::debug!(command = name, "not implemented on Linux: disabled");
-            return Some(Response::err(id, QgaError::disabled(name, None),
-            ));
+            return Some(Response::err(id, QgaError::disabled(name, None)));
         }
-        if let Err(e) = self.policy.check(name, self.freezer.is_frozen()) {
+        if let Err(e) = self
+            .core
+            .policy
+            .check(name, self.core.freezer.is_frozen())
+        {
             tracing::debug!(command = name, "refused: {}", e.desc);
             return Some(Response::err(id, e));
         }
-        let cmd = match req.command() {
+        let cmd = match C::parse(name, req.arguments.as_ref()) {
             Ok(c) => c,
             Err(e) => return Some(Response::err(id, e)),
         };
         tracing::debug!(command = name, id = ?req.id, "executing");
-        let success_response = cmd.success_response();
-        let delimited = matches!(cmd, Command::GuestSyncDelimited(_));
-        let result: Result<Output, CommandError> = match cmd {
-            Command::GuestSync(a) | Command::GuestSyncDelimited(a) => Ok(json!(a.id).into()),
-            Command::GuestPing => Ok(json!({}).into()),
-            Command::GuestInfo => Ok(self.guest_info().into()),
-            Command::GuestFsfreezeStatus => Ok(json!(self.freezer.status()).into()),
-            Command::GuestFsfreezeFreeze => self.freeze(None).await,
-            Command::GuestFsfreezeFreezeList(a) => self.freeze(a.mountpoints).await,
-            Command::GuestFsfreezeThaw => self.thaw().await,
-            other => self.backend.execute(other).await,
-        };
+        let result = cmd.run(&self.core, &self.handlers).await;
         match &result {
             Ok(_) => tracing::debug!(command = name, "ok"),
             Err(e) => tracing::debug!(command = name, "error: {e}"),
         }
         match result {
-            Ok(_) if !success_response => None,
+            Ok(_) if !spec.success_response => None,
             body => Some(Response {
                 id,
-                delimited: delimited && body.is_ok(),
+                delimited: spec.delimited && body.is_ok(),
                 body: body.map_err(QgaError::from),
             }),
         }
-    }
-
-    async fn thaw(&self) -> Result<Output, CommandError> {
-        Ok(json!(self.freezer.thaw().await?).into())
-    }
-
-    async fn freeze(&self, only: Option<Vec<String>>) -> Result<Output, CommandError> {
-        Ok(json!(self.freezer.freeze(only).await?).into())
     }
 }

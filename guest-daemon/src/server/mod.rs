@@ -1,6 +1,7 @@
-//! The dispatch loop: bytes from the transport → [`JsonStreamer`] → [`Dispatcher::handle`] → reply encoding →
+//! The dispatch loop: bytes from the transport → [`JsonStreamer`] → [`Handle::handle`] → reply encoding →
 //! transport. One request at a time, in order; each reply is written before the next request is handled.
 
+pub mod core;
 pub mod dispatch;
 pub mod output;
 pub mod policy;
@@ -10,14 +11,14 @@ mod tests;
 use guestlink_protocol::qga::{encode_reply, JsonStreamer, Limits, Reply, StreamEvent};
 
 use crate::transport::{Channel, TransportError};
-use dispatch::{Backend, Dispatcher, Response};
+use dispatch::{Handle, Response};
 use output::Output;
 
 /// qemu-ga's read size (`QGA_READ_COUNT_DEFAULT`).
 const READ_CHUNK: usize = 4096;
 
 /// The response to one stream event: a request's reply, or the id-less error of a parse error.
-async fn respond<B: Backend>(d: &Dispatcher<B>, ev: StreamEvent) -> Option<Response> {
+async fn respond<D: Handle>(d: &D, ev: StreamEvent) -> Option<Response> {
     match ev {
         StreamEvent::Value(v) => d.handle(v).await,
         StreamEvent::Error(e) => Some(Response {
@@ -76,9 +77,9 @@ impl Piece<'_> {
 
 /// Feed `bytes` to the streamer and collect the replies, in order (the testable heart of [`serve`]).
 #[cfg(test)]
-pub async fn process<B: Backend>(
+pub async fn process<D: Handle>(
     streamer: &mut JsonStreamer,
-    d: &Dispatcher<B>,
+    d: &D,
     bytes: &[u8],
     out: &mut Vec<u8>,
 ) {
@@ -93,9 +94,9 @@ pub async fn process<B: Backend>(
 }
 
 /// Serve requests on `channel` until it fails (a device that disappeared); returns that error.
-pub async fn serve<B: Backend>(
+pub async fn serve<D: Handle>(
     channel: &mut Channel,
-    d: &Dispatcher<B>,
+    d: &D,
     streamer: &mut JsonStreamer,
 ) -> TransportError {
     let mut buf = vec![0u8; READ_CHUNK];
