@@ -89,7 +89,6 @@ impl CommandError {
             name,
         }
     }
-
 }
 
 /// The QGA error sent to the host: class and description exactly as qemu-ga would send them. The one mapping of

@@ -6,8 +6,8 @@ use guestlink_protocol::qga::schema::*;
 use serde_json::{json, Map, Value};
 
 use super::{
-    blocking, cpu_mem, disks, exec, file, fsinfo, fstrim, network, osinfo, power, ssh, system, users,
-    CommandError, Services, INLINE_READ_MAX,
+    blocking, cpu_mem, disks, exec, file, fsinfo, fstrim, network, osinfo, power, ssh, system,
+    users, CommandError, Services, INLINE_READ_MAX,
 };
 use crate::server::output::Output;
 

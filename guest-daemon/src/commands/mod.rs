@@ -28,9 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 pub use error::{CommandError, CommandResult};
-
 
 /// Limits of guest-exec.
 #[derive(Debug, Clone)]
@@ -144,7 +142,6 @@ impl Services {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,31 +227,37 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = services(d.path());
         let path = d.path().join("foo");
-        let h = run(&s, cmd("guest-file-open", json!({"path": path, "mode": "w+"})))
-            .await
-            .unwrap();
+        let h = run(
+            &s,
+            cmd("guest-file-open", json!({"path": path, "mode": "w+"})),
+        )
+        .await
+        .unwrap();
         assert_eq!(h, json!(1000));
         let b64 = base64::engine::general_purpose::STANDARD.encode(b"Hello World!\n\0");
-        let w = run(&s, cmd(
-                "guest-file-write",
-                json!({"handle": 1000, "buf-b64": b64}),
-            ))
-            .await
-            .unwrap();
+        let w = run(
+            &s,
+            cmd("guest-file-write", json!({"handle": 1000, "buf-b64": b64})),
+        )
+        .await
+        .unwrap();
         assert_eq!(w, json!({"count": 14, "eof": false}));
-        let p = run(&s, cmd(
+        let p = run(
+            &s,
+            cmd(
                 "guest-file-seek",
                 json!({"handle": 1000, "offset": 6, "whence": "set"}),
-            ))
-            .await
-            .unwrap();
+            ),
+        )
+        .await
+        .unwrap();
         assert_eq!(p, json!({"position": 6, "eof": false}));
-        let r = run(&s, cmd(
-                "guest-file-read",
-                json!({"handle": 1000, "count": 100000}),
-            ))
-            .await
-            .unwrap();
+        let r = run(
+            &s,
+            cmd("guest-file-read", json!({"handle": 1000, "count": 100000})),
+        )
+        .await
+        .unwrap();
         assert_eq!(r["count"], 8);
         assert_eq!(r["eof"], true);
         run(&s, cmd("guest-file-flush", json!({"handle": 1000})))
@@ -278,12 +281,15 @@ mod tests {
     async fn exec_and_info_through_dispatch() {
         let d = tempfile::tempdir().unwrap();
         let s = services(d.path());
-        let pid = run(&s, cmd(
+        let pid = run(
+            &s,
+            cmd(
                 "guest-exec",
                 json!({"path": "/bin/sh", "arg": ["-c", "printf hi"], "capture-output": "merged"}),
-            ))
-            .await
-            .unwrap()["pid"]
+            ),
+        )
+        .await
+        .unwrap()["pid"]
             .as_i64()
             .unwrap();
         let start = std::time::Instant::now();

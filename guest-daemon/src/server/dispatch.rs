@@ -93,11 +93,7 @@ where
             tracing::debug!(command = name, "not implemented on Linux: disabled");
             return Some(Response::err(id, QgaError::disabled(name, None)));
         }
-        if let Err(e) = self
-            .core
-            .policy
-            .check(name, self.core.freezer.is_frozen())
-        {
+        if let Err(e) = self.core.policy.check(name, self.core.freezer.is_frozen()) {
             tracing::debug!(command = name, "refused: {}", e.desc);
             return Some(Response::err(id, e));
         }

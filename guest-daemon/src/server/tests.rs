@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use guestlink_protocol::qga::schema::{
-    CoreHandlers, GuestFileReadArgs, GuestFsfreezeFreezeListArgs, GuestShutdownArgs, GuestSyncArgs, Outcome,
+    CoreHandlers, GuestFileReadArgs, GuestFsfreezeFreezeListArgs, GuestShutdownArgs, GuestSyncArgs,
+    Outcome,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -166,11 +167,7 @@ fn fx(policy: Policy, start_frozen: bool) -> Fx {
     let seen = Arc::clone(&backend.seen);
     let d = Dispatcher::new(backend, freezer, policy, "9.9.9".into());
     assert_eq!(TEST_COMMANDS.len(), 15);
-    Fx {
-        _dir: dir,
-        seen,
-        d,
-    }
+    Fx { _dir: dir, seen, d }
 }
 
 async fn wire(f: &Fx, input: &[u8]) -> Vec<u8> {
@@ -414,7 +411,10 @@ async fn a_command_added_in_one_declaration_runs_through_the_dispatcher() {
     );
     assert_eq!(l[0], json!({"return": "ababab", "id": 5}));
     // The handler's error goes through the one mapping.
-    assert_eq!(l[1]["error"]["desc"], "value '-1' is invalid for argument times");
+    assert_eq!(
+        l[1]["error"]["desc"],
+        "value '-1' is invalid for argument times"
+    );
     // The declaration's parameter specs drive the reader: QEMU's texts for a missing or an unexpected member.
     assert_eq!(l[2]["error"]["desc"], "Parameter 'text' is missing");
     assert_eq!(l[3]["error"]["desc"], "Parameter 'extra' is unexpected");
@@ -423,13 +423,31 @@ async fn a_command_added_in_one_declaration_runs_through_the_dispatcher() {
         ["guestlink-toy-echo", "guestlink-toy-echo"]
     );
     // The schema entry comes from the same declaration, and the policy applies to it like to any command.
-    let spec = TEST_COMMANDS.iter().find(|c| c.name == "guestlink-toy-echo").unwrap();
+    let spec = TEST_COMMANDS
+        .iter()
+        .find(|c| c.name == "guestlink-toy-echo")
+        .unwrap();
     assert_eq!(spec.returns, "str");
     assert_eq!(
-        spec.params.iter().map(|p| (p.name, p.ty, p.optional)).collect::<Vec<_>>(),
+        spec.params
+            .iter()
+            .map(|p| (p.name, p.ty, p.optional))
+            .collect::<Vec<_>>(),
         [("text", "str", false), ("times", "int", true)]
     );
-    let f = fx(Policy::new(&["guestlink-toy-echo".to_owned()], &[], None), false);
-    let l = lines(&wire(&f, br#"{"execute":"guestlink-toy-echo","arguments":{"text":"x"}}"#).await);
-    assert_eq!(l[0]["error"]["desc"], "Command guestlink-toy-echo has been disabled");
+    let f = fx(
+        Policy::new(&["guestlink-toy-echo".to_owned()], &[], None),
+        false,
+    );
+    let l = lines(
+        &wire(
+            &f,
+            br#"{"execute":"guestlink-toy-echo","arguments":{"text":"x"}}"#,
+        )
+        .await,
+    );
+    assert_eq!(
+        l[0]["error"]["desc"],
+        "Command guestlink-toy-echo has been disabled"
+    );
 }

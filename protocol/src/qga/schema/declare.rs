@@ -7,7 +7,6 @@
 
 use std::future::Future;
 
-
 use super::CommandSpec;
 use crate::qga::error::QgaError;
 
@@ -39,7 +38,11 @@ pub trait Outcome {
 /// Runs a parsed command on its handlers: `K` the core's (commands declared `method in core`), `H` the others.
 pub trait Run<K: Outcome, H: Outcome<Output = K::Output, Error = K::Error>>: CommandSet {
     /// Calls the command's handler method with its arguments.
-    fn run(self, core: &K, handlers: &H) -> impl Future<Output = Result<K::Output, K::Error>> + Send;
+    fn run(
+        self,
+        core: &K,
+        handlers: &H,
+    ) -> impl Future<Output = Result<K::Output, K::Error>> + Send;
 }
 
 /// Declares a QGA command set; see the schema in `protocol/src/qga/schema/mod.rs` and docs/CONTRIBUTING.md.
@@ -165,22 +168,30 @@ macro_rules! __qga_has_flag {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __qga_params_of {
-    () => { &[] };
-    ($aty:ty) => { <$aty as $crate::qga::schema::QapiArgs>::PARAMS };
+    () => {
+        &[]
+    };
+    ($aty:ty) => {
+        <$aty as $crate::qga::schema::QapiArgs>::PARAMS
+    };
 }
 
 /// The binding of a variant's argument, in a pattern.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __qga_bind {
-    ($aty:ty, $a:ident) => { $a };
+    ($aty:ty, $a:ident) => {
+        $a
+    };
 }
 
 /// A variant's arguments as a JSON object.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __qga_args_of {
-    () => { None };
+    () => {
+        None
+    };
     ($aty:ty, $a:ident) => {
         match $crate::qga::schema::declare::to_value($a) {
             Ok($crate::qga::schema::declare::Value::Object(m)) => Some(m),

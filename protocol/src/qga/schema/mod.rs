@@ -146,7 +146,10 @@ impl Command {
     /// Unknown names give `CommandNotFound` "The command X has not been found"; argument problems give
     /// qobject-input-visitor's texts ("Parameter 'foo' is unexpected", "Parameter 'id' is missing",
     /// "Invalid parameter type for 'id', expected: integer"). Absent arguments count as `{}`.
-    pub fn parse(execute: &str, arguments: Option<&Map<String, Value>>) -> Result<Command, QgaError> {
+    pub fn parse(
+        execute: &str,
+        arguments: Option<&Map<String, Value>>,
+    ) -> Result<Command, QgaError> {
         <Command as CommandSet>::parse(execute, arguments)
     }
 
