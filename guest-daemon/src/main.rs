@@ -7,7 +7,6 @@
 //! dispatch; SIGTERM/SIGINT thaw and exit 0).
 #![deny(unsafe_code)]
 
-mod backend;
 mod cli;
 mod closer;
 mod commands;
@@ -32,7 +31,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use guestlink_protocol::qga::schema::COMMANDS;
 
-use backend::ServicesBackend;
 use config::Config;
 use freeze::hook::Hook;
 use freeze::{FreezeConfig, Freezer};
@@ -181,12 +179,7 @@ async fn run(
         tracing::debug!("disabling command: {name}");
     }
     let version = g.info_version.clone().unwrap_or_else(|| VERSION.to_owned());
-    let d = Dispatcher::new(
-        ServicesBackend(services),
-        Arc::clone(&freezer),
-        policy,
-        version,
-    );
+    let d: Dispatcher<_> = Dispatcher::new(services, Arc::clone(&freezer), policy, version);
 
     qga_loop::serve(&cfg, &d, &freezer, spice).await
 }

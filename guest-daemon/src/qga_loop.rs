@@ -8,13 +8,13 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::config::Config;
 use crate::freeze::Freezer;
 use crate::runtimes::SpiceSide;
-use crate::server::dispatch::{Backend, Dispatcher};
+use crate::server::dispatch::Handle;
 use crate::{server, transport, VERSION};
 
 /// Runs the QGA side until a signal (or, without `-r` and without a SPICE side, a channel failure).
-pub async fn serve<B: Backend>(
+pub async fn serve<D: Handle>(
     cfg: &Config,
-    d: &Dispatcher<B>,
+    d: &D,
     freezer: &Freezer,
     spice: Option<SpiceSide>,
 ) -> Result<()> {

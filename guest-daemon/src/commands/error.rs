@@ -1,4 +1,5 @@
-//! Command errors and the one place they are turned into QGA wire errors ([`CommandError::to_qga`]).
+//! Command errors and the one place they are turned into QGA wire errors (`impl From<CommandError> for QgaError`).
+//! Every handler, the core's own (sync, info, fsfreeze) included, fails with a [`CommandError`].
 //!
 //! The texts follow qemu-ga: `error_setg_errno()` appends `": <strerror>"`, `QERR_QGA_COMMAND_FAILED` wraps the
 //! message in "Guest agent command failed, error was '...'", and argument checks use the QAPI visitor texts.
@@ -42,6 +43,9 @@ pub enum CommandError {
     /// "Invalid parameter 'NAME'".
     #[error("Invalid parameter '{0}'")]
     InvalidParameter(&'static str),
+    /// guest-fsfreeze-*: a `GenericError` with the freezer's text.
+    #[error(transparent)]
+    Freeze(#[from] crate::freeze::FreezeError),
 }
 
 /// The C library's text for an errno value (strerror: "No such file or directory").
@@ -85,11 +89,14 @@ impl CommandError {
             name,
         }
     }
+}
 
-    /// The QGA error sent to the host: class and description exactly as qemu-ga would send them.
-    pub fn to_qga(&self) -> QgaError {
-        match self {
-            CommandError::Qga(e) => e.clone(),
+/// The QGA error sent to the host: class and description exactly as qemu-ga would send them. The one mapping of
+/// a command failure to the wire.
+impl From<CommandError> for QgaError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::Qga(e) => e,
             other => QgaError::generic(other.to_string()),
         }
     }
@@ -111,28 +118,28 @@ mod tests {
 
     #[test]
     fn texts_match_qemu() {
-        let e = CommandError::io(
+        let e = QgaError::from(CommandError::io(
             "failed to open file 'x' (mode: 'r')",
             &io::Error::from_raw_os_error(2),
-        );
+        ));
         assert_eq!(
-            e.to_qga().desc,
+            e.desc,
             "failed to open file 'x' (mode: 'r'): No such file or directory"
         );
-        assert_eq!(e.to_qga().class, ErrorClass::GenericError);
+        assert_eq!(e.class, ErrorClass::GenericError);
         assert_eq!(
-            CommandError::invalid_value(-1, "count").to_qga().desc,
+            QgaError::from(CommandError::invalid_value(-1, "count")).desc,
             "value '-1' is invalid for argument count"
         );
         assert_eq!(
-            CommandError::CommandFailed("boom".into()).to_qga().desc,
+            QgaError::from(CommandError::CommandFailed("boom".into())).desc,
             "Guest agent command failed, error was 'boom'"
         );
         assert_eq!(
-            CommandError::Unsupported.to_qga().desc,
+            QgaError::from(CommandError::Unsupported).desc,
             "this feature or command is not currently supported"
         );
         let nf = QgaError::not_found("guest-x");
-        assert_eq!(CommandError::from(nf.clone()).to_qga(), nf);
+        assert_eq!(QgaError::from(CommandError::from(nf.clone())), nf);
     }
 }

@@ -537,7 +537,7 @@ mod tests {
             .spawn(&req("/bin/invalid-cmd42", &[], Capture::None))
             .unwrap_err();
         assert_eq!(
-            e.to_qga().desc,
+            guestlink_protocol::qga::QgaError::from(e).desc,
             "Guest agent command failed, error was 'Failed to execute child process \u{201c}/bin/invalid-cmd42\u{201d} (No such file or directory)'"
         );
         assert_eq!(

@@ -2,9 +2,9 @@
 //! straight into the outgoing byte stream.
 //!
 //! qemu-ga peaks at ≈ 2.7 × count (raw buffer + base64 string + JSON copy). Here the raw bytes are the only large
-//! allocation when the core writes the reply with [`FileRead::reply_parts`] + [`FileRead::b64_chunks`] (≈ 1 ×
-//! count); through [`FileRead::into_value`] (the generic `Value` path) it is raw→base64 once, then the encoder's
-//! copy.
+//! allocation when the core writes the reply as a streamed reply ([`FileRead::reply_parts`] +
+//! [`FileRead::b64_chunks`], ≈ 1 × count); [`FileRead::into_value`] (used for small answers, inlined whole) is
+//! raw→base64 once, then the encoder's copy.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -103,6 +103,18 @@ impl FileRead {
             &self.data
         };
         data.chunks(raw).map(|c| B64.encode(c))
+    }
+}
+
+/// The daemon writes guest-file-read's reply in pieces: [`FileRead::reply_parts`]'s prefix, the base64 pieces of at
+/// most [`B64_PIECE`] bytes, the suffix.
+impl crate::server::output::StreamedReply for FileRead {
+    fn reply_parts(&self, id: Option<Value>, delimited: bool) -> (Vec<u8>, Vec<u8>) {
+        FileRead::reply_parts(self, id, delimited)
+    }
+
+    fn chunks(&self) -> Box<dyn Iterator<Item = String> + '_> {
+        Box::new(self.b64_chunks(B64_PIECE))
     }
 }
 

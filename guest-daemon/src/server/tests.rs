@@ -1,40 +1,143 @@
-//! Dispatch-core tests with a fake backend and the fake freezer ioctls.
+//! Dispatch-core tests: the real dispatcher, core handlers and fake freezer ioctls, with a command set of their own
+//! (the core's commands, a few others answered by a fake, and a toy command) declared the way the schema is.
 
 use std::sync::{Arc, Mutex};
 
-use guestlink_protocol::qga::schema::Command;
-use guestlink_protocol::qga::QgaError;
+use guestlink_protocol::qga::schema::{
+    CoreHandlers, GuestFileReadArgs, GuestFsfreezeFreezeListArgs, GuestShutdownArgs, GuestSyncArgs,
+    Outcome,
+};
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::dispatch::{Backend, Dispatcher, Output, StreamedReply};
+use super::core::Core;
+use super::dispatch::Dispatcher;
+use super::output::{Output, StreamedReply};
 use super::policy::Policy;
 use super::{new_streamer, process};
 use crate::cli::HookFailure;
+use crate::commands::CommandError;
 use crate::freeze::ops::fake::FakeOps;
 use crate::freeze::{FreezeConfig, Freezer};
 use crate::state::StateDir;
 
-#[derive(Debug, Default)]
-struct FakeBackend {
-    seen: Mutex<Vec<String>>,
+/// Arguments of the toy command: one declaration gives its reader and its parameter specs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ToyEchoArgs {
+    text: String,
+    times: Option<i64>,
+}
+guestlink_protocol::qapi_args!(ToyEchoArgs {
+    text: "text" req "str",
+    times: "times" opt "int"
+});
+
+// The test's command set. A new command is one line here plus its handler method below (`toy_echo`).
+guestlink_protocol::qga_commands! {
+    enum TestCommand; trait TestCore; trait TestHandlers; const TEST_COMMANDS;
+    GuestSyncDelimited(GuestSyncArgs) = "guest-sync-delimited" => guest_sync_delimited in core -> "int", since "1.1", delimited;
+    GuestSync(GuestSyncArgs) = "guest-sync" => guest_sync in core -> "int", since "0.15";
+    GuestPing = "guest-ping" => guest_ping in core -> "{}", since "0.15";
+    GuestGetTime = "guest-get-time" => guest_get_time -> "int", since "1.5";
+    GuestInfo = "guest-info" => guest_info in core -> "GuestAgentInfo", since "0.15";
+    GuestShutdown(GuestShutdownArgs) = "guest-shutdown" => guest_shutdown -> "{}", since "0.15", no_response;
+    GuestFileRead(GuestFileReadArgs) = "guest-file-read" => guest_file_read -> "GuestFileRead", since "0.15";
+    GuestFsfreezeStatus = "guest-fsfreeze-status" => guest_fsfreeze_status in core -> "GuestFsfreezeStatus", since "0.15";
+    GuestFsfreezeFreeze = "guest-fsfreeze-freeze" => guest_fsfreeze_freeze in core -> "int", since "0.15";
+    GuestFsfreezeFreezeList(GuestFsfreezeFreezeListArgs) = "guest-fsfreeze-freeze-list" => guest_fsfreeze_freeze_list in core -> "int", since "2.2";
+    GuestFsfreezeThaw = "guest-fsfreeze-thaw" => guest_fsfreeze_thaw in core -> "int", since "0.15";
+    GuestSuspendRam = "guest-suspend-ram" => guest_suspend_ram -> "{}", since "1.1", no_response;
+    GuestGetFsinfo = "guest-get-fsinfo" => guest_get_fsinfo -> "['GuestFilesystemInfo']", since "2.2";
+    GuestGetDevices = "guest-get-devices" => guest_get_devices -> "['GuestDeviceInfo']", since "5.2", not_on_linux;
+    GuestlinkToyEcho(ToyEchoArgs) = "guestlink-toy-echo" => toy_echo -> "str", since "guestlink";
 }
 
-impl Backend for Arc<FakeBackend> {
-    async fn execute(&self, cmd: Command) -> Result<Output, QgaError> {
-        self.seen.lock().unwrap().push(cmd.name().to_owned());
-        match cmd {
-            Command::GuestGetTime => Ok(Output::Value(json!(1234))),
-            Command::GuestFileRead(_) => Ok(Output::Streamed(Box::new(FakeStreamed))),
-            Command::GuestSuspendRam => Err(QgaError::generic("suspend failed")),
-            _ => Ok(Output::Value(json!({}))),
+type Answer = Result<Output, CommandError>;
+
+/// The real core's handlers serve the test set's core commands.
+impl TestCore for Core {
+    async fn guest_sync_delimited(&self, a: GuestSyncArgs) -> Answer {
+        CoreHandlers::guest_sync_delimited(self, a).await
+    }
+    async fn guest_sync(&self, a: GuestSyncArgs) -> Answer {
+        CoreHandlers::guest_sync(self, a).await
+    }
+    async fn guest_ping(&self) -> Answer {
+        CoreHandlers::guest_ping(self).await
+    }
+    async fn guest_info(&self) -> Answer {
+        CoreHandlers::guest_info(self).await
+    }
+    async fn guest_fsfreeze_status(&self) -> Answer {
+        CoreHandlers::guest_fsfreeze_status(self).await
+    }
+    async fn guest_fsfreeze_freeze(&self) -> Answer {
+        CoreHandlers::guest_fsfreeze_freeze(self).await
+    }
+    async fn guest_fsfreeze_freeze_list(&self, a: GuestFsfreezeFreezeListArgs) -> Answer {
+        CoreHandlers::guest_fsfreeze_freeze_list(self, a).await
+    }
+    async fn guest_fsfreeze_thaw(&self) -> Answer {
+        CoreHandlers::guest_fsfreeze_thaw(self).await
+    }
+}
+
+/// Fake handlers for the others (guest-shutdown and guest-suspend-* must never really run here).
+#[derive(Debug, Default)]
+struct FakeBackend {
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeBackend {
+    fn saw(&self, name: &str) {
+        self.seen.lock().unwrap().push(name.to_owned());
+    }
+}
+
+impl Outcome for FakeBackend {
+    type Output = Output;
+    type Error = CommandError;
+}
+
+impl TestHandlers for FakeBackend {
+    async fn guest_get_time(&self) -> Answer {
+        self.saw("guest-get-time");
+        Ok(json!(1234).into())
+    }
+    async fn guest_shutdown(&self, _: GuestShutdownArgs) -> Answer {
+        self.saw("guest-shutdown");
+        Ok(json!({}).into())
+    }
+    async fn guest_file_read(&self, _: GuestFileReadArgs) -> Answer {
+        self.saw("guest-file-read");
+        Ok(Output::Streamed(Box::new(FakeStreamed)))
+    }
+    async fn guest_suspend_ram(&self) -> Answer {
+        self.saw("guest-suspend-ram");
+        Err(CommandError::generic("suspend failed"))
+    }
+    async fn guest_get_fsinfo(&self) -> Answer {
+        self.saw("guest-get-fsinfo");
+        Ok(json!([]).into())
+    }
+    async fn guest_get_devices(&self) -> Answer {
+        self.saw("guest-get-devices");
+        Err(CommandError::Unsupported)
+    }
+    /// The toy command's handler.
+    async fn toy_echo(&self, a: ToyEchoArgs) -> Answer {
+        self.saw("guestlink-toy-echo");
+        if a.times.is_some_and(|n| n < 0) {
+            return Err(CommandError::invalid_value(a.times.unwrap_or(0), "times"));
         }
+        Ok(json!(a.text.repeat(a.times.unwrap_or(1) as usize)).into())
     }
 }
 
 struct Fx {
     _dir: tempfile::TempDir,
-    backend: Arc<FakeBackend>,
-    d: Dispatcher<Arc<FakeBackend>>,
+    seen: Arc<Mutex<Vec<String>>>,
+    d: Dispatcher<FakeBackend, TestCommand>,
 }
 
 fn fx(policy: Policy, start_frozen: bool) -> Fx {
@@ -60,13 +163,11 @@ fn fx(policy: Policy, start_frozen: bool) -> Fx {
         Arc::new(|_| {}),
     )
     .unwrap();
-    let backend = Arc::new(FakeBackend::default());
-    let d = Dispatcher::new(Arc::clone(&backend), freezer, policy, "9.9.9".into());
-    Fx {
-        _dir: dir,
-        backend,
-        d,
-    }
+    let backend = FakeBackend::default();
+    let seen = Arc::clone(&backend.seen);
+    let d = Dispatcher::new(backend, freezer, policy, "9.9.9".into());
+    assert_eq!(TEST_COMMANDS.len(), 15);
+    Fx { _dir: dir, seen, d }
 }
 
 async fn wire(f: &Fx, input: &[u8]) -> Vec<u8> {
@@ -128,7 +229,7 @@ async fn no_reply_for_successful_no_response_commands() {
     assert_eq!(l[0]["error"]["desc"], "suspend failed");
     assert_eq!(l[0]["id"], 1);
     assert_eq!(
-        *f.backend.seen.lock().unwrap(),
+        *f.seen.lock().unwrap(),
         ["guest-shutdown", "guest-suspend-ram"]
     );
 }
@@ -173,7 +274,7 @@ async fn errors_unknown_blocked_args_envelope() {
         "JSON parse error, invalid keyword 'garbage'"
     );
     assert!(l[0].get("id").is_none());
-    assert!(f.backend.seen.lock().unwrap().is_empty());
+    assert!(f.seen.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -292,5 +393,61 @@ async fn streamed_replies_are_written_in_order_between_others() {
     assert_eq!(
         String::from_utf8_lossy(&out),
         "{\"return\": {}}\nPSome(String(\"r1\"))false|abcdef|S\n{\"return\": {}}\n"
+    );
+}
+
+#[tokio::test]
+async fn a_command_added_in_one_declaration_runs_through_the_dispatcher() {
+    let f = fx(Policy::default(), false);
+    let l = lines(
+        &wire(
+            &f,
+            br#"{"execute":"guestlink-toy-echo","arguments":{"text":"ab","times":3},"id":5}
+                {"execute":"guestlink-toy-echo","arguments":{"text":"ab","times":-1}}
+                {"execute":"guestlink-toy-echo","arguments":{"txt":"ab"}}
+                {"execute":"guestlink-toy-echo","arguments":{"text":"ab","extra":1}}"#,
+        )
+        .await,
+    );
+    assert_eq!(l[0], json!({"return": "ababab", "id": 5}));
+    // The handler's error goes through the one mapping.
+    assert_eq!(
+        l[1]["error"]["desc"],
+        "value '-1' is invalid for argument times"
+    );
+    // The declaration's parameter specs drive the reader: QEMU's texts for a missing or an unexpected member.
+    assert_eq!(l[2]["error"]["desc"], "Parameter 'text' is missing");
+    assert_eq!(l[3]["error"]["desc"], "Parameter 'extra' is unexpected");
+    assert_eq!(
+        *f.seen.lock().unwrap(),
+        ["guestlink-toy-echo", "guestlink-toy-echo"]
+    );
+    // The schema entry comes from the same declaration, and the policy applies to it like to any command.
+    let spec = TEST_COMMANDS
+        .iter()
+        .find(|c| c.name == "guestlink-toy-echo")
+        .unwrap();
+    assert_eq!(spec.returns, "str");
+    assert_eq!(
+        spec.params
+            .iter()
+            .map(|p| (p.name, p.ty, p.optional))
+            .collect::<Vec<_>>(),
+        [("text", "str", false), ("times", "int", true)]
+    );
+    let f = fx(
+        Policy::new(&["guestlink-toy-echo".to_owned()], &[], None),
+        false,
+    );
+    let l = lines(
+        &wire(
+            &f,
+            br#"{"execute":"guestlink-toy-echo","arguments":{"text":"x"}}"#,
+        )
+        .await,
+    );
+    assert_eq!(
+        l[0]["error"]["desc"],
+        "Command guestlink-toy-echo has been disabled"
     );
 }

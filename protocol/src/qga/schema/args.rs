@@ -10,7 +10,7 @@ use super::types::{
     GuestExecCaptureOutput, GuestExecCaptureOutputMode, GuestLogicalProcessor, GuestMemoryBlock,
     QgaSeek,
 };
-use super::visit::{qapi_struct_visit, FromQapi, Path};
+use super::visit::{qapi_args, FromQapi, Path};
 use crate::qga::error::QgaError;
 
 /// Arguments of `guest-sync` and `guest-sync-delimited`.
@@ -20,7 +20,9 @@ pub struct GuestSyncArgs {
     /// The value to echo back.
     pub id: i64,
 }
-qapi_struct_visit!(GuestSyncArgs { id: "id" });
+qapi_args!(GuestSyncArgs {
+    id: "id" req "int"
+});
 
 /// Arguments of `guest-set-time`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,7 +32,9 @@ pub struct GuestSetTimeArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<i64>,
 }
-qapi_struct_visit!(GuestSetTimeArgs { time: "time" });
+qapi_args!(GuestSetTimeArgs {
+    time: "time" opt "int"
+});
 
 /// Arguments of `guest-shutdown`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -40,7 +44,9 @@ pub struct GuestShutdownArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
-qapi_struct_visit!(GuestShutdownArgs { mode: "mode" });
+qapi_args!(GuestShutdownArgs {
+    mode: "mode" opt "str"
+});
 
 /// Arguments of `guest-file-open`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,9 +58,9 @@ pub struct GuestFileOpenArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
-qapi_struct_visit!(GuestFileOpenArgs {
-    path: "path",
-    mode: "mode"
+qapi_args!(GuestFileOpenArgs {
+    path: "path" req "str",
+    mode: "mode" opt "str"
 });
 
 /// Arguments of `guest-file-close` and `guest-file-flush`.
@@ -64,7 +70,9 @@ pub struct GuestFileHandleArgs {
     /// Handle returned by `guest-file-open`.
     pub handle: i64,
 }
-qapi_struct_visit!(GuestFileHandleArgs { handle: "handle" });
+qapi_args!(GuestFileHandleArgs {
+    handle: "handle" req "int"
+});
 
 /// Arguments of `guest-file-read`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,9 +84,9 @@ pub struct GuestFileReadArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<i64>,
 }
-qapi_struct_visit!(GuestFileReadArgs {
-    handle: "handle",
-    count: "count"
+qapi_args!(GuestFileReadArgs {
+    handle: "handle" req "int",
+    count: "count" opt "int"
 });
 
 /// Arguments of `guest-file-write`.
@@ -93,10 +101,10 @@ pub struct GuestFileWriteArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<i64>,
 }
-qapi_struct_visit!(GuestFileWriteArgs {
-    handle: "handle",
-    buf_b64: "buf-b64",
-    count: "count"
+qapi_args!(GuestFileWriteArgs {
+    handle: "handle" req "int",
+    buf_b64: "buf-b64" req "str",
+    count: "count" opt "int"
 });
 
 /// `GuestFileWhence`: an alternate of an integer (0/1/2) or a [`QgaSeek`] name.
@@ -130,10 +138,10 @@ pub struct GuestFileSeekArgs {
     /// Where the offset counts from.
     pub whence: GuestFileWhence,
 }
-qapi_struct_visit!(GuestFileSeekArgs {
-    handle: "handle",
-    offset: "offset",
-    whence: "whence"
+qapi_args!(GuestFileSeekArgs {
+    handle: "handle" req "int",
+    offset: "offset" req "int",
+    whence: "whence" req "GuestFileWhence"
 });
 
 /// Arguments of `guest-fsfreeze-freeze-list`.
@@ -144,8 +152,8 @@ pub struct GuestFsfreezeFreezeListArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mountpoints: Option<Vec<String>>,
 }
-qapi_struct_visit!(GuestFsfreezeFreezeListArgs {
-    mountpoints: "mountpoints"
+qapi_args!(GuestFsfreezeFreezeListArgs {
+    mountpoints: "mountpoints" opt "['str']"
 });
 
 /// Arguments of `guest-fstrim`.
@@ -156,7 +164,9 @@ pub struct GuestFstrimArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<i64>,
 }
-qapi_struct_visit!(GuestFstrimArgs { minimum: "minimum" });
+qapi_args!(GuestFstrimArgs {
+    minimum: "minimum" opt "int"
+});
 
 /// Arguments of `guest-set-vcpus`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,7 +175,9 @@ pub struct GuestSetVcpusArgs {
     /// The processors to reconfigure, in order.
     pub vcpus: Vec<GuestLogicalProcessor>,
 }
-qapi_struct_visit!(GuestSetVcpusArgs { vcpus: "vcpus" });
+qapi_args!(GuestSetVcpusArgs {
+    vcpus: "vcpus" req "['GuestLogicalProcessor']"
+});
 
 /// Arguments of `guest-set-user-password`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,10 +190,10 @@ pub struct GuestSetUserPasswordArgs {
     /// Whether `password` is already crypt()ed.
     pub crypted: bool,
 }
-qapi_struct_visit!(GuestSetUserPasswordArgs {
-    username: "username",
-    password: "password",
-    crypted: "crypted"
+qapi_args!(GuestSetUserPasswordArgs {
+    username: "username" req "str",
+    password: "password" req "str",
+    crypted: "crypted" req "bool"
 });
 
 /// Arguments of `guest-set-memory-blocks`.
@@ -191,8 +203,8 @@ pub struct GuestSetMemoryBlocksArgs {
     /// The memory blocks to reconfigure, in order.
     pub mem_blks: Vec<GuestMemoryBlock>,
 }
-qapi_struct_visit!(GuestSetMemoryBlocksArgs {
-    mem_blks: "mem-blks"
+qapi_args!(GuestSetMemoryBlocksArgs {
+    mem_blks: "mem-blks" req "['GuestMemoryBlock']"
 });
 
 /// Arguments of `guest-exec`.
@@ -214,12 +226,12 @@ pub struct GuestExecArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_output: Option<GuestExecCaptureOutput>,
 }
-qapi_struct_visit!(GuestExecArgs {
-    path: "path",
-    arg: "arg",
-    env: "env",
-    input_data: "input-data",
-    capture_output: "capture-output",
+qapi_args!(GuestExecArgs {
+    path: "path" req "str",
+    arg: "arg" opt "['str']",
+    env: "env" opt "['str']",
+    input_data: "input-data" opt "str",
+    capture_output: "capture-output" opt "GuestExecCaptureOutput"
 });
 
 impl GuestExecArgs {
@@ -240,7 +252,9 @@ pub struct GuestExecStatusArgs {
     /// Pid returned by `guest-exec`.
     pub pid: i64,
 }
-qapi_struct_visit!(GuestExecStatusArgs { pid: "pid" });
+qapi_args!(GuestExecStatusArgs {
+    pid: "pid" req "int"
+});
 
 /// Arguments of `guest-ssh-get-authorized-keys`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,8 +263,8 @@ pub struct GuestSshGetAuthorizedKeysArgs {
     /// The account.
     pub username: String,
 }
-qapi_struct_visit!(GuestSshGetAuthorizedKeysArgs {
-    username: "username"
+qapi_args!(GuestSshGetAuthorizedKeysArgs {
+    username: "username" req "str"
 });
 
 /// Arguments of `guest-ssh-add-authorized-keys`.
@@ -265,10 +279,10 @@ pub struct GuestSshAddAuthorizedKeysArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset: Option<bool>,
 }
-qapi_struct_visit!(GuestSshAddAuthorizedKeysArgs {
-    username: "username",
-    keys: "keys",
-    reset: "reset"
+qapi_args!(GuestSshAddAuthorizedKeysArgs {
+    username: "username" req "str",
+    keys: "keys" req "['str']",
+    reset: "reset" opt "bool"
 });
 
 /// Arguments of `guest-ssh-remove-authorized-keys`.
@@ -280,9 +294,9 @@ pub struct GuestSshRemoveAuthorizedKeysArgs {
     /// Keys to remove (missing keys are not an error).
     pub keys: Vec<String>,
 }
-qapi_struct_visit!(GuestSshRemoveAuthorizedKeysArgs {
-    username: "username",
-    keys: "keys"
+qapi_args!(GuestSshRemoveAuthorizedKeysArgs {
+    username: "username" req "str",
+    keys: "keys" req "['str']"
 });
 
 /// Largest `wait-ms` accepted by `guestlink-exec-read`.
@@ -302,11 +316,11 @@ pub struct GuestlinkExecReadArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<i64>,
 }
-qapi_struct_visit!(GuestlinkExecReadArgs {
-    pid: "pid",
-    out_offset: "out-offset",
-    err_offset: "err-offset",
-    wait_ms: "wait-ms",
+qapi_args!(GuestlinkExecReadArgs {
+    pid: "pid" req "int",
+    out_offset: "out-offset" req "uint64",
+    err_offset: "err-offset" req "uint64",
+    wait_ms: "wait-ms" opt "int"
 });
 
 /// Arguments of the extension `guestlink-file-rename`.
@@ -318,9 +332,9 @@ pub struct GuestlinkFileRenameArgs {
     /// New path (replaced atomically if it exists).
     pub to: String,
 }
-qapi_struct_visit!(GuestlinkFileRenameArgs {
-    from: "from",
-    to: "to"
+qapi_args!(GuestlinkFileRenameArgs {
+    from: "from" req "str",
+    to: "to" req "str"
 });
 
 /// Arguments of the extension `guestlink-file-sha256`.
@@ -330,4 +344,6 @@ pub struct GuestlinkFileSha256Args {
     /// File to hash.
     pub path: String,
 }
-qapi_struct_visit!(GuestlinkFileSha256Args { path: "path" });
+qapi_args!(GuestlinkFileSha256Args {
+    path: "path" req "str"
+});

@@ -3,6 +3,7 @@
 //! Mirrors `qga/qapi-schema.json` (≈ QEMU 10.x/11.0, 44 commands) plus guestlink's `guestlink-*` extensions.
 
 pub mod args;
+pub mod declare;
 pub mod ghash;
 pub mod storage;
 pub mod types;
@@ -12,9 +13,10 @@ pub use args::*;
 pub use storage::*;
 pub use types::*;
 
+pub use declare::{CommandSet, Outcome, Run};
+
 use serde_json::{Map, Value};
 
-use self::visit::{check_struct, Path};
 use crate::qga::error::QgaError;
 
 /// One parameter of a command, as in the QAPI schema.
@@ -43,307 +45,87 @@ pub struct CommandSpec {
     pub since: &'static str,
     /// Whether qemu-ga implements the command on Linux.
     pub linux: bool,
+    /// Whether the reply is preceded by a 0xFF byte (guest-sync-delimited).
+    pub delimited: bool,
 }
 
-const fn req(name: &'static str, ty: &'static str) -> ParamSpec {
-    ParamSpec {
-        name,
-        ty,
-        optional: false,
+impl ParamSpec {
+    /// A required member.
+    pub const fn req(name: &'static str, ty: &'static str) -> ParamSpec {
+        ParamSpec {
+            name,
+            ty,
+            optional: false,
+        }
+    }
+
+    /// An optional member.
+    pub const fn opt(name: &'static str, ty: &'static str) -> ParamSpec {
+        ParamSpec {
+            name,
+            ty,
+            optional: true,
+        }
     }
 }
 
-const fn opt(name: &'static str, ty: &'static str) -> ParamSpec {
-    ParamSpec {
-        name,
-        ty,
-        optional: true,
-    }
+/// A command's argument struct: its members as the schema lists them. Implemented by [`visit::qapi_args!`], which
+/// also gives the struct its QEMU-compatible reader, so each member's wire name is written once.
+pub trait QapiArgs {
+    /// Argument members in schema order.
+    const PARAMS: &'static [ParamSpec];
 }
 
-const fn cmd(
-    name: &'static str,
-    params: &'static [ParamSpec],
-    returns: &'static str,
-    since: &'static str,
-    linux: bool,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        success_response: true,
-        params,
-        returns,
-        since,
-        linux,
-    }
+crate::qga_commands! {
+    pub enum Command; pub trait CoreHandlers; pub trait Handlers; pub const COMMANDS;
+    GuestSyncDelimited(GuestSyncArgs) = "guest-sync-delimited" => guest_sync_delimited in core -> "int", since "1.1", delimited;
+    GuestSync(GuestSyncArgs) = "guest-sync" => guest_sync in core -> "int", since "0.15";
+    GuestPing = "guest-ping" => guest_ping in core -> "{}", since "0.15";
+    GuestGetTime = "guest-get-time" => guest_get_time -> "int", since "1.5";
+    GuestSetTime(GuestSetTimeArgs) = "guest-set-time" => guest_set_time -> "{}", since "1.5";
+    GuestInfo = "guest-info" => guest_info in core -> "GuestAgentInfo", since "0.15";
+    GuestShutdown(GuestShutdownArgs) = "guest-shutdown" => guest_shutdown -> "{}", since "0.15", no_response;
+    GuestFileOpen(GuestFileOpenArgs) = "guest-file-open" => guest_file_open -> "int", since "0.15";
+    GuestFileClose(GuestFileHandleArgs) = "guest-file-close" => guest_file_close -> "{}", since "0.15";
+    GuestFileRead(GuestFileReadArgs) = "guest-file-read" => guest_file_read -> "GuestFileRead", since "0.15";
+    GuestFileWrite(GuestFileWriteArgs) = "guest-file-write" => guest_file_write -> "GuestFileWrite", since "0.15";
+    GuestFileSeek(GuestFileSeekArgs) = "guest-file-seek" => guest_file_seek -> "GuestFileSeek", since "0.15";
+    GuestFileFlush(GuestFileHandleArgs) = "guest-file-flush" => guest_file_flush -> "{}", since "0.15";
+    GuestFsfreezeStatus = "guest-fsfreeze-status" => guest_fsfreeze_status in core -> "GuestFsfreezeStatus", since "0.15";
+    GuestFsfreezeFreeze = "guest-fsfreeze-freeze" => guest_fsfreeze_freeze in core -> "int", since "0.15";
+    GuestFsfreezeFreezeList(GuestFsfreezeFreezeListArgs) = "guest-fsfreeze-freeze-list" => guest_fsfreeze_freeze_list in core -> "int", since "2.2";
+    GuestFsfreezeThaw = "guest-fsfreeze-thaw" => guest_fsfreeze_thaw in core -> "int", since "0.15";
+    GuestFstrim(GuestFstrimArgs) = "guest-fstrim" => guest_fstrim -> "GuestFilesystemTrimResponse", since "1.2";
+    GuestSuspendDisk = "guest-suspend-disk" => guest_suspend_disk -> "{}", since "1.1", no_response;
+    GuestSuspendRam = "guest-suspend-ram" => guest_suspend_ram -> "{}", since "1.1", no_response;
+    GuestSuspendHybrid = "guest-suspend-hybrid" => guest_suspend_hybrid -> "{}", since "1.1", no_response;
+    GuestNetworkGetInterfaces = "guest-network-get-interfaces" => guest_network_get_interfaces -> "['GuestNetworkInterface']", since "1.1";
+    GuestGetVcpus = "guest-get-vcpus" => guest_get_vcpus -> "['GuestLogicalProcessor']", since "1.5";
+    GuestSetVcpus(GuestSetVcpusArgs) = "guest-set-vcpus" => guest_set_vcpus -> "int", since "1.5";
+    GuestGetDisks = "guest-get-disks" => guest_get_disks -> "['GuestDiskInfo']", since "5.2";
+    GuestGetFsinfo = "guest-get-fsinfo" => guest_get_fsinfo -> "['GuestFilesystemInfo']", since "2.2";
+    GuestSetUserPassword(GuestSetUserPasswordArgs) = "guest-set-user-password" => guest_set_user_password -> "{}", since "2.3";
+    GuestGetMemoryBlocks = "guest-get-memory-blocks" => guest_get_memory_blocks -> "['GuestMemoryBlock']", since "2.3";
+    GuestSetMemoryBlocks(GuestSetMemoryBlocksArgs) = "guest-set-memory-blocks" => guest_set_memory_blocks -> "['GuestMemoryBlockResponse']", since "2.3";
+    GuestGetMemoryBlockInfo = "guest-get-memory-block-info" => guest_get_memory_block_info -> "GuestMemoryBlockInfo", since "2.3";
+    GuestExecStatus(GuestExecStatusArgs) = "guest-exec-status" => guest_exec_status -> "GuestExecStatus", since "2.5";
+    GuestExec(GuestExecArgs) = "guest-exec" => guest_exec -> "GuestExec", since "2.5";
+    GuestGetHostName = "guest-get-host-name" => guest_get_host_name -> "GuestHostName", since "2.10";
+    GuestGetUsers = "guest-get-users" => guest_get_users -> "['GuestUser']", since "2.10";
+    GuestGetTimezone = "guest-get-timezone" => guest_get_timezone -> "GuestTimezone", since "2.10";
+    GuestGetOsinfo = "guest-get-osinfo" => guest_get_osinfo -> "GuestOSInfo", since "2.10";
+    GuestGetDevices = "guest-get-devices" => guest_get_devices -> "['GuestDeviceInfo']", since "5.2", not_on_linux;
+    GuestSshGetAuthorizedKeys(GuestSshGetAuthorizedKeysArgs) = "guest-ssh-get-authorized-keys" => guest_ssh_get_authorized_keys -> "GuestAuthorizedKeys", since "5.2";
+    GuestSshAddAuthorizedKeys(GuestSshAddAuthorizedKeysArgs) = "guest-ssh-add-authorized-keys" => guest_ssh_add_authorized_keys -> "{}", since "5.2";
+    GuestSshRemoveAuthorizedKeys(GuestSshRemoveAuthorizedKeysArgs) = "guest-ssh-remove-authorized-keys" => guest_ssh_remove_authorized_keys -> "{}", since "5.2";
+    GuestGetDiskstats = "guest-get-diskstats" => guest_get_diskstats -> "['GuestDiskStatsInfo']", since "7.1";
+    GuestGetCpustats = "guest-get-cpustats" => guest_get_cpustats -> "['GuestCpuStats']", since "7.1";
+    GuestGetLoad = "guest-get-load" => guest_get_load -> "GuestLoadAverage", since "10.0";
+    GuestNetworkGetRoute = "guest-network-get-route" => guest_network_get_route -> "['GuestNetworkRoute']", since "9.1";
+    GuestlinkExecRead(GuestlinkExecReadArgs) = "guestlink-exec-read" => guestlink_exec_read -> "GuestlinkExecRead", since "guestlink";
+    GuestlinkFileRename(GuestlinkFileRenameArgs) = "guestlink-file-rename" => guestlink_file_rename -> "{}", since "guestlink";
+    GuestlinkFileSha256(GuestlinkFileSha256Args) = "guestlink-file-sha256" => guestlink_file_sha256 -> "GuestlinkFileSha256", since "guestlink";
 }
-
-const fn no_resp(
-    name: &'static str,
-    params: &'static [ParamSpec],
-    since: &'static str,
-) -> CommandSpec {
-    CommandSpec {
-        name,
-        success_response: false,
-        params,
-        returns: "{}",
-        since,
-        linux: true,
-    }
-}
-
-/// Every command, in `qapi-schema.json` order, followed by the guestlink extensions.
-pub const COMMANDS: &[CommandSpec] = &[
-    cmd(
-        "guest-sync-delimited",
-        &[req("id", "int")],
-        "int",
-        "1.1",
-        true,
-    ),
-    cmd("guest-sync", &[req("id", "int")], "int", "0.15", true),
-    cmd("guest-ping", &[], "{}", "0.15", true),
-    cmd("guest-get-time", &[], "int", "1.5", true),
-    cmd("guest-set-time", &[opt("time", "int")], "{}", "1.5", true),
-    cmd("guest-info", &[], "GuestAgentInfo", "0.15", true),
-    no_resp("guest-shutdown", &[opt("mode", "str")], "0.15"),
-    cmd(
-        "guest-file-open",
-        &[req("path", "str"), opt("mode", "str")],
-        "int",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-file-close",
-        &[req("handle", "int")],
-        "{}",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-file-read",
-        &[req("handle", "int"), opt("count", "int")],
-        "GuestFileRead",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-file-write",
-        &[
-            req("handle", "int"),
-            req("buf-b64", "str"),
-            opt("count", "int"),
-        ],
-        "GuestFileWrite",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-file-seek",
-        &[
-            req("handle", "int"),
-            req("offset", "int"),
-            req("whence", "GuestFileWhence"),
-        ],
-        "GuestFileSeek",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-file-flush",
-        &[req("handle", "int")],
-        "{}",
-        "0.15",
-        true,
-    ),
-    cmd(
-        "guest-fsfreeze-status",
-        &[],
-        "GuestFsfreezeStatus",
-        "0.15",
-        true,
-    ),
-    cmd("guest-fsfreeze-freeze", &[], "int", "0.15", true),
-    cmd(
-        "guest-fsfreeze-freeze-list",
-        &[opt("mountpoints", "['str']")],
-        "int",
-        "2.2",
-        true,
-    ),
-    cmd("guest-fsfreeze-thaw", &[], "int", "0.15", true),
-    cmd(
-        "guest-fstrim",
-        &[opt("minimum", "int")],
-        "GuestFilesystemTrimResponse",
-        "1.2",
-        true,
-    ),
-    no_resp("guest-suspend-disk", &[], "1.1"),
-    no_resp("guest-suspend-ram", &[], "1.1"),
-    no_resp("guest-suspend-hybrid", &[], "1.1"),
-    cmd(
-        "guest-network-get-interfaces",
-        &[],
-        "['GuestNetworkInterface']",
-        "1.1",
-        true,
-    ),
-    cmd(
-        "guest-get-vcpus",
-        &[],
-        "['GuestLogicalProcessor']",
-        "1.5",
-        true,
-    ),
-    cmd(
-        "guest-set-vcpus",
-        &[req("vcpus", "['GuestLogicalProcessor']")],
-        "int",
-        "1.5",
-        true,
-    ),
-    cmd("guest-get-disks", &[], "['GuestDiskInfo']", "5.2", true),
-    cmd(
-        "guest-get-fsinfo",
-        &[],
-        "['GuestFilesystemInfo']",
-        "2.2",
-        true,
-    ),
-    cmd(
-        "guest-set-user-password",
-        &[
-            req("username", "str"),
-            req("password", "str"),
-            req("crypted", "bool"),
-        ],
-        "{}",
-        "2.3",
-        true,
-    ),
-    cmd(
-        "guest-get-memory-blocks",
-        &[],
-        "['GuestMemoryBlock']",
-        "2.3",
-        true,
-    ),
-    cmd(
-        "guest-set-memory-blocks",
-        &[req("mem-blks", "['GuestMemoryBlock']")],
-        "['GuestMemoryBlockResponse']",
-        "2.3",
-        true,
-    ),
-    cmd(
-        "guest-get-memory-block-info",
-        &[],
-        "GuestMemoryBlockInfo",
-        "2.3",
-        true,
-    ),
-    cmd(
-        "guest-exec-status",
-        &[req("pid", "int")],
-        "GuestExecStatus",
-        "2.5",
-        true,
-    ),
-    cmd(
-        "guest-exec",
-        &[
-            req("path", "str"),
-            opt("arg", "['str']"),
-            opt("env", "['str']"),
-            opt("input-data", "str"),
-            opt("capture-output", "GuestExecCaptureOutput"),
-        ],
-        "GuestExec",
-        "2.5",
-        true,
-    ),
-    cmd("guest-get-host-name", &[], "GuestHostName", "2.10", true),
-    cmd("guest-get-users", &[], "['GuestUser']", "2.10", true),
-    cmd("guest-get-timezone", &[], "GuestTimezone", "2.10", true),
-    cmd("guest-get-osinfo", &[], "GuestOSInfo", "2.10", true),
-    cmd(
-        "guest-get-devices",
-        &[],
-        "['GuestDeviceInfo']",
-        "5.2",
-        false,
-    ),
-    cmd(
-        "guest-ssh-get-authorized-keys",
-        &[req("username", "str")],
-        "GuestAuthorizedKeys",
-        "5.2",
-        true,
-    ),
-    cmd(
-        "guest-ssh-add-authorized-keys",
-        &[
-            req("username", "str"),
-            req("keys", "['str']"),
-            opt("reset", "bool"),
-        ],
-        "{}",
-        "5.2",
-        true,
-    ),
-    cmd(
-        "guest-ssh-remove-authorized-keys",
-        &[req("username", "str"), req("keys", "['str']")],
-        "{}",
-        "5.2",
-        true,
-    ),
-    cmd(
-        "guest-get-diskstats",
-        &[],
-        "['GuestDiskStatsInfo']",
-        "7.1",
-        true,
-    ),
-    cmd("guest-get-cpustats", &[], "['GuestCpuStats']", "7.1", true),
-    cmd("guest-get-load", &[], "GuestLoadAverage", "10.0", true),
-    cmd(
-        "guest-network-get-route",
-        &[],
-        "['GuestNetworkRoute']",
-        "9.1",
-        true,
-    ),
-    cmd(
-        "guestlink-exec-read",
-        &[
-            req("pid", "int"),
-            req("out-offset", "uint64"),
-            req("err-offset", "uint64"),
-            opt("wait-ms", "int"),
-        ],
-        "GuestlinkExecRead",
-        "guestlink",
-        true,
-    ),
-    cmd(
-        "guestlink-file-rename",
-        &[req("from", "str"), req("to", "str")],
-        "{}",
-        "guestlink",
-        true,
-    ),
-    cmd(
-        "guestlink-file-sha256",
-        &[req("path", "str")],
-        "GuestlinkFileSha256",
-        "guestlink",
-        true,
-    ),
-];
 
 /// Number of upstream qemu-ga commands in [`COMMANDS`] (the rest are `guestlink-*` extensions).
 pub const QGA_COMMAND_COUNT: usize = 44;
@@ -353,123 +135,24 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
     COMMANDS.iter().find(|c| c.name == name)
 }
 
-macro_rules! commands {
-    (
-        unit { $($uvar:ident = $uname:literal),* $(,)? }
-        args { $($avar:ident($aty:ty) = $aname:literal),* $(,)? }
-    ) => {
-        /// One parsed QGA command with typed arguments.
-        #[derive(Debug, Clone, PartialEq)]
-        pub enum Command {
-            $(
-                #[doc = concat!("`", $uname, "`")]
-                $uvar,
-            )*
-            $(
-                #[doc = concat!("`", $aname, "`")]
-                $avar($aty),
-            )*
-        }
-
-        impl Command {
-            /// The command's wire name.
-            pub fn name(&self) -> &'static str {
-                match self {
-                    $(Command::$uvar => $uname,)*
-                    $(Command::$avar(_) => $aname,)*
-                }
-            }
-
-            /// Parses `execute` + `arguments` like QEMU's generated marshallers.
-            ///
-            /// Unknown names give `CommandNotFound` "The command X has not been found"; argument problems give
-            /// qobject-input-visitor's texts ("Parameter 'foo' is unexpected", "Parameter 'id' is missing",
-            /// "Invalid parameter type for 'id', expected: integer"). Absent arguments count as `{}`.
-            pub fn parse(execute: &str, arguments: Option<&Map<String, Value>>) -> Result<Command, QgaError> {
-                let empty = Map::new();
-                let obj = arguments.unwrap_or(&empty);
-                let root = Path::Root;
-                match execute {
-                    $($uname => {
-                        check_struct(obj, &[], &root)?;
-                        Ok(Command::$uvar)
-                    })*
-                    $($aname => {
-                        Ok(Command::$avar(<$aty>::from_qapi_map(obj, &root)?))
-                    })*
-                    _ => Err(QgaError::not_found(execute)),
-                }
-            }
-
-            /// The arguments as a JSON object (`None` for commands without arguments), e.g. for a host encoder.
-            pub fn arguments(&self) -> Option<Map<String, Value>> {
-                match self {
-                    $(Command::$uvar => None,)*
-                    $(Command::$avar(a) => match serde_json::to_value(a) {
-                        Ok(Value::Object(m)) => Some(m),
-                        _ => Some(Map::new()),
-                    },)*
-                }
-            }
-        }
-    };
-}
-
-commands! {
-    unit {
-        GuestPing = "guest-ping",
-        GuestGetTime = "guest-get-time",
-        GuestInfo = "guest-info",
-        GuestFsfreezeStatus = "guest-fsfreeze-status",
-        GuestFsfreezeFreeze = "guest-fsfreeze-freeze",
-        GuestFsfreezeThaw = "guest-fsfreeze-thaw",
-        GuestSuspendDisk = "guest-suspend-disk",
-        GuestSuspendRam = "guest-suspend-ram",
-        GuestSuspendHybrid = "guest-suspend-hybrid",
-        GuestNetworkGetInterfaces = "guest-network-get-interfaces",
-        GuestGetVcpus = "guest-get-vcpus",
-        GuestGetDisks = "guest-get-disks",
-        GuestGetFsinfo = "guest-get-fsinfo",
-        GuestGetMemoryBlocks = "guest-get-memory-blocks",
-        GuestGetMemoryBlockInfo = "guest-get-memory-block-info",
-        GuestGetHostName = "guest-get-host-name",
-        GuestGetUsers = "guest-get-users",
-        GuestGetTimezone = "guest-get-timezone",
-        GuestGetOsinfo = "guest-get-osinfo",
-        GuestGetDevices = "guest-get-devices",
-        GuestGetDiskstats = "guest-get-diskstats",
-        GuestGetCpustats = "guest-get-cpustats",
-        GuestGetLoad = "guest-get-load",
-        GuestNetworkGetRoute = "guest-network-get-route",
-    }
-    args {
-        GuestSyncDelimited(GuestSyncArgs) = "guest-sync-delimited",
-        GuestSync(GuestSyncArgs) = "guest-sync",
-        GuestSetTime(GuestSetTimeArgs) = "guest-set-time",
-        GuestShutdown(GuestShutdownArgs) = "guest-shutdown",
-        GuestFileOpen(GuestFileOpenArgs) = "guest-file-open",
-        GuestFileClose(GuestFileHandleArgs) = "guest-file-close",
-        GuestFileRead(GuestFileReadArgs) = "guest-file-read",
-        GuestFileWrite(GuestFileWriteArgs) = "guest-file-write",
-        GuestFileSeek(GuestFileSeekArgs) = "guest-file-seek",
-        GuestFileFlush(GuestFileHandleArgs) = "guest-file-flush",
-        GuestFsfreezeFreezeList(GuestFsfreezeFreezeListArgs) = "guest-fsfreeze-freeze-list",
-        GuestFstrim(GuestFstrimArgs) = "guest-fstrim",
-        GuestSetVcpus(GuestSetVcpusArgs) = "guest-set-vcpus",
-        GuestSetUserPassword(GuestSetUserPasswordArgs) = "guest-set-user-password",
-        GuestSetMemoryBlocks(GuestSetMemoryBlocksArgs) = "guest-set-memory-blocks",
-        GuestExecStatus(GuestExecStatusArgs) = "guest-exec-status",
-        GuestExec(GuestExecArgs) = "guest-exec",
-        GuestSshGetAuthorizedKeys(GuestSshGetAuthorizedKeysArgs) = "guest-ssh-get-authorized-keys",
-        GuestSshAddAuthorizedKeys(GuestSshAddAuthorizedKeysArgs) = "guest-ssh-add-authorized-keys",
-        GuestSshRemoveAuthorizedKeys(GuestSshRemoveAuthorizedKeysArgs) = "guest-ssh-remove-authorized-keys",
-        GuestlinkExecRead(GuestlinkExecReadArgs) = "guestlink-exec-read",
-        GuestlinkFileRename(GuestlinkFileRenameArgs) = "guestlink-file-rename",
-        GuestlinkFileSha256(GuestlinkFileSha256Args) = "guestlink-file-sha256",
-    }
-}
-
 impl Command {
+    /// The command's wire name.
+    pub fn name(&self) -> &'static str {
+        CommandSet::name(self)
+    }
+
+    /// Parses `execute` + `arguments` like QEMU's generated marshallers.
+    ///
+    /// Unknown names give `CommandNotFound` "The command X has not been found"; argument problems give
+    /// qobject-input-visitor's texts ("Parameter 'foo' is unexpected", "Parameter 'id' is missing",
+    /// "Invalid parameter type for 'id', expected: integer"). Absent arguments count as `{}`.
+    pub fn parse(
+        execute: &str,
+        arguments: Option<&Map<String, Value>>,
+    ) -> Result<Command, QgaError> {
+        <Command as CommandSet>::parse(execute, arguments)
+    }
+
     /// The schema entry of this command.
     pub fn spec(&self) -> &'static CommandSpec {
         // Every variant's name is in COMMANDS (checked by the `every_variant_has_a_spec` test); the fallback only

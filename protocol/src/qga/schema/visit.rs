@@ -197,6 +197,7 @@ pub fn read_enum<T: Copy>(
 }
 
 /// Implements [`FromQapi`] for a struct whose fields all implement it, visiting members in the listed order.
+#[macro_export]
 macro_rules! qapi_struct_visit {
     ($ty:ident { $($field:ident : $wire:literal),* $(,)? }) => {
         impl $crate::qga::schema::visit::FromQapi for $ty {
@@ -226,7 +227,21 @@ macro_rules! qapi_struct_visit {
         }
     };
 }
-pub(crate) use qapi_struct_visit;
+pub use crate::qapi_struct_visit;
+
+/// A command's argument struct: its reader ([`qapi_struct_visit!`]) and its parameter specs
+/// ([`QapiArgs`](super::QapiArgs)) from one list of `field: "wire-name" req|opt "QAPI type"`, in schema order.
+#[macro_export]
+macro_rules! qapi_args {
+    ($ty:ident { $($field:ident : $wire:literal $kind:ident $qty:literal),* $(,)? }) => {
+        $crate::qga::schema::visit::qapi_struct_visit!($ty { $($field: $wire),* });
+        impl $crate::qga::schema::QapiArgs for $ty {
+            const PARAMS: &'static [$crate::qga::schema::ParamSpec] =
+                &[$($crate::qga::schema::ParamSpec::$kind($wire, $qty)),*];
+        }
+    };
+}
+pub use crate::qapi_args;
 
 /// Implements [`FromQapi`] for a fieldless enum with `#[serde(rename_all = "kebab-case")]`-style wire names.
 macro_rules! qapi_enum_visit {
