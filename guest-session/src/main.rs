@@ -17,6 +17,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The per-user desktop agent of guestlink (clipboard, resize, received files).
 #[derive(Debug, Parser)]
@@ -36,43 +39,35 @@ struct Cli {
     /// more on ext4/xfs).
     #[arg(long)]
     buffered_writes: bool,
-    /// More logging (-v debug, -vv trace); RUST_LOG overrides.
+    /// More logging (-v debug, -vv trace); GUESTLINK_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
 }
 
 fn init_logging(verbose: u8) {
     let level = match verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
+        0 => LevelFilter::INFO,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // GUESTLINK_LOG, as for guestlinkd and guestlink: `level` or `target=level,…` (tracing's `Targets`).
+    let filter = std::env::var("GUESTLINK_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(level));
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // No colour codes in the journal (user unit) or a redirected log.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .finish()
+        .with(filter)
         .init();
 }
 
 /// Tells systemd (`Type=notify` user unit) that the agent is up, if `$NOTIFY_SOCKET` is set.
 fn notify_ready() {
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixDatagram};
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
-        return;
-    };
-    let path = path.to_string_lossy().into_owned();
-    let addr = match path.strip_prefix('@') {
-        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
-        None => SocketAddr::from_pathname(&path),
-    };
-    let sent =
-        UnixDatagram::unbound().and_then(|s| addr.and_then(|a| s.send_to_addr(b"READY=1", &a)));
-    if let Err(e) = sent {
-        tracing::warn!("sd_notify READY to {path}: {e}");
+    if let Err(e) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("sd_notify READY: {e}");
     }
 }
 

@@ -8,6 +8,9 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use cli::Cli;
 use guestlink_host::Error;
@@ -23,18 +26,24 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 
 fn init_tracing(verbose: u8) {
     let level = match verbose {
-        0 => "warn",
-        1 => "debug",
-        _ => "trace",
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
     };
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("GUESTLINK_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(format!("guestlink={level},guestlink_host={level}"))
+    // GUESTLINK_LOG, as for guestlinkd and guestlink-session: `level` or `target=level,…` (tracing's `Targets`).
+    let filter = std::env::var("GUESTLINK_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_target("guestlink", level)
+                .with_target("guestlink_host", level)
         });
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .with(filter)
         .init();
 }
 

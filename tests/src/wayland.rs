@@ -282,7 +282,7 @@ impl Harness {
             .env_remove("DISPLAY")
             .env_remove("WAYLAND_DISPLAY")
             .env_remove("XDG_SESSION_TYPE")
-            .env("RUST_LOG", "debug")
+            .env("GUESTLINK_LOG", "debug")
             .stderr(log);
         for (k, v) in env {
             c.env(k, v);

@@ -63,7 +63,7 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
     let child = spice_common::guestlinkd_spice(dir.path(), &vport, &socket)
         // Some uid that is not the attacker's.
         .args(["--agent-uid", "4242"])
-        .env("RUST_LOG", "debug")
+        .env("GUESTLINK_LOG", "debug")
         .spawn()
         .expect("start guestlinkd");
     let mut daemon = Daemon(child);

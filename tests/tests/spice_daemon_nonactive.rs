@@ -234,7 +234,7 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
         .arg("--uinput-fake")
         .arg(&uinput)
         .env("DBUS_SYSTEM_BUS_ADDRESS", &logind.address)
-        .env("RUST_LOG", "info")
+        .env("GUESTLINK_LOG", "info")
         .stdin(Stdio::null())
         .spawn()
         .expect("start guestlinkd");

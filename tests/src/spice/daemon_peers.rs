@@ -283,7 +283,7 @@ impl Setup {
         let vport = dir.path().join("vport.sock");
         let listener = UnixListener::bind(&vport).unwrap();
         let child = super::guestlinkd_spice(dir.path(), &vport, &dir.path().join("session.sock"))
-            .env("RUST_LOG", "debug")
+            .env("GUESTLINK_LOG", "debug")
             .envs(env.iter().copied())
             .spawn()
             .expect("start guestlinkd");
