@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_logind::{FakeLogind, FakeSessionSpec};
@@ -221,22 +221,10 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
     let vport = dir.path().join("vport.sock");
     let listener = UnixListener::bind(&vport).unwrap();
     let socket = dir.path().join("session.sock");
-    std::fs::create_dir_all(dir.path().join("state")).unwrap();
     let uinput = dir.path().join("uinput");
-    // As spice_common::guestlinkd_spice, but with logind (no --no-logind).
-    let child = Command::new(guestlink_tests::agent::guestlinkd_path())
-        .args(["-m", "none", "--foreground"])
-        .arg("-t")
-        .arg(dir.path().join("state"))
-        .arg("--spice-path")
-        .arg(&vport)
-        .arg("--session-socket")
-        .arg(&socket)
-        .arg("--uinput-fake")
-        .arg(&uinput)
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &logind.address)
+    let child = logind
+        .guestlinkd(dir.path(), &vport, &socket)
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
         .spawn()
         .expect("start guestlinkd");
     let mut daemon = Daemon(child);
