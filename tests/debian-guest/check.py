@@ -260,6 +260,87 @@ def poll(what, fn, timeout=90, interval=0.5):
     fail(f"timed out waiting for {what}; last: {last!r}")
 
 
+def lock_unlock(ctl, gl, x):
+    """The real systemd-logind locks gltest's X session (`loginctl lock-session`, which sends the session's Lock
+    signal): the host's paste gets nothing although the guest still owns its clipboard, and a host copy is not
+    offered to the locked session; `loginctl unlock-session`: that copy, made on the same SPICE connection while
+    locked, is pasted in the guest, and the guest's clipboard reaches the host again."""
+    def guestlink(*a, timeout=60):
+        return subprocess.run(gl + list(a), capture_output=True, text=True, timeout=timeout)
+
+    def xclip_out():
+        rc, out = ctl.run(f"{x} xclip -o -selection clipboard")
+        return rc, out.removesuffix("\n")
+
+    rc, sid = ctl.run("loginctl show-user gltest -p Display --value")
+    sid = sid.strip()
+    if rc != 0 or not sid:
+        fail(f"gltest has no display session: {rc} {sid!r}")
+    owned = "owned by the guest while locked"
+    rc, out = ctl.run(f"printf '{owned}' >/tmp/gllock && {x} setsid xclip -i -selection clipboard /tmp/gllock "
+                      ">/dev/null 2>&1 </dev/null &")
+    if rc != 0:
+        fail(f"xclip -i in the guest: {rc} {out}")
+    poll("the guest to own its clipboard", lambda: (xclip_out() == (0, owned), xclip_out()))
+    rc, out = ctl.run(f"loginctl lock-session {sid} && loginctl show-session {sid} -p LockedHint")
+    if rc != 0:
+        fail(f"loginctl lock-session {sid}: {rc} {out}")
+    log(f"lock: loginctl lock-session {sid} ({out.strip()}; no screen locker: logind's Lock signal)")
+
+    # Locked: the host's paste is answered empty (guestlink exits non-zero "... is empty"), the guest still owns it.
+    def refused():
+        o = guestlink("clipboard", "get")
+        return o.returncode != 0 and "empty" in o.stderr, (o.returncode, o.stdout[:200], o.stderr.strip()[-300:])
+    r = poll("guestlink clipboard get to be refused while the session is locked", refused, timeout=120, interval=2)
+    if xclip_out() != (0, owned):
+        fail(f"the guest lost its clipboard while locked: {xclip_out()!r}")
+    log(f"locked: guestlink clipboard get refused ({r[2]!r}) while xclip -o in the guest still gives {owned!r}")
+
+    # Locked: a host copy is not offered; it stays on the same connection across the unlock.
+    text = "copied on the host while the guest was locked"
+    setter = subprocess.Popen(gl + ["clipboard", "set", text, "--loops", "1", "--serve-timeout", "300"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 20:
+            got = xclip_out()
+            if got[1] == text:
+                fail("the host's copy reached the locked session")
+            if setter.poll() is not None:
+                fail(f"guestlink clipboard set exited while locked: {setter.returncode} {setter.stderr.read()[-300:]}")
+            time.sleep(2)
+        log(f"locked: for 20 s after the host's copy, xclip -o in the guest still gives {xclip_out()[1]!r}")
+        rc, out = ctl.run(f"loginctl unlock-session {sid}")
+        if rc != 0:
+            fail(f"loginctl unlock-session {sid}: {rc} {out}")
+        poll("xclip -o in the guest to paste the host's copy after the unlock",
+             lambda: (xclip_out() == (0, text), xclip_out()), timeout=120, interval=1)
+        _, err = setter.communicate(timeout=90)
+    finally:
+        if setter.poll() is None:
+            setter.kill()
+    if setter.returncode != 0:
+        fail(f"guestlink clipboard set failed: {err}")
+    log(f"unlock: loginctl unlock-session {sid}; the copy made while locked was pasted in the guest: {text!r}")
+
+    # Unlocked: guest -> host works again.
+    after = "copied in the guest after the unlock"
+    own = (f"printf '{after}' >/tmp/gllock && {x} setsid xclip -i -selection clipboard /tmp/gllock "
+           ">/dev/null 2>&1 </dev/null &")
+    ctl.run(own)
+    tries = 0
+
+    def got():
+        nonlocal tries
+        tries += 1
+        if tries % 20 == 0:  # a new SPICE client may have missed the grab: copy again, as a user would
+            ctl.run(own)
+        o = guestlink("clipboard", "get")
+        return o.returncode == 0 and o.stdout == after, (o.returncode, o.stdout[:200], o.stderr.strip()[-300:])
+    poll("guestlink clipboard get to return the guest's text after the unlock", got, timeout=120)
+    log(f"unlocked: guestlink clipboard get returned {after!r}")
+
+
 def spice_only(args):
     failures = in_guest_checks(args)
     if failures:
@@ -361,6 +442,7 @@ def spice_only(args):
         return rc == 0 and "current 1024 x 768" in out, (rc, out.splitlines()[:1])
     poll("xrandr in the guest to show 1024x768", resized)
     log("resize: xrandr in the guest shows current 1024 x 768")
+    lock_unlock(ctl, gl, x)
     rc, out = ctl.run("systemctl show -p NRestarts,ActiveState guestlink-spice.service; "
                       "systemctl show -p ExecMainStartTimestampMonotonic guestlinkd.service")
     log(f"after the SPICE traffic: {' '.join(out.split())}")

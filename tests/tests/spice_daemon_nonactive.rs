@@ -1,6 +1,6 @@
 //! Issue 16 finding 4, black-box: a user with any logind session (here an ssh-like tty session) must not stall
 //! the active desktop's SPICE traffic. guestlinkd runs with logind (a fake `org.freedesktop.login1` on a private
-//! dbus-daemon, spice_common/fake_logind.rs, since systemd-logind cannot run here): seat0's active session "c1"
+//! dbus-daemon, tests/src/spice/fake_logind.rs, since systemd-logind cannot run here): seat0's active session "c1"
 //! is the x11 desktop of the in-test agent, "c2" a tty session of uid 65534. The attacker, a real uid-65534
 //! process in c2, connects to the session socket, sends hundreds of CLIPBOARD_REQUEST frames (each answered with
 //! an empty CLIPBOARD_DATA) and never reads. Meanwhile every MOUSE_STATE the host sends must reach the
@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::process::{ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 use fake_logind::{FakeLogind, FakeSessionSpec};
@@ -220,22 +220,10 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
     let vport = dir.path().join("vport.sock");
     let listener = UnixListener::bind(&vport).unwrap();
     let socket = dir.path().join("session.sock");
-    std::fs::create_dir_all(dir.path().join("state")).unwrap();
     let uinput = dir.path().join("uinput");
-    // As spice_common::guestlinkd_spice, but with logind (no --no-logind).
-    let child = Command::new(guestlink_tests::agent::guestlinkd_path())
-        .args(["-m", "none", "--foreground"])
-        .arg("-t")
-        .arg(dir.path().join("state"))
-        .arg("--spice-path")
-        .arg(&vport)
-        .arg("--session-socket")
-        .arg(&socket)
-        .arg("--uinput-fake")
-        .arg(&uinput)
-        .env("DBUS_SYSTEM_BUS_ADDRESS", &logind.address)
+    let child = logind
+        .guestlinkd(dir.path(), &vport, &socket)
         .env("GUESTLINK_LOG", "info")
-        .stdin(Stdio::null())
         .spawn()
         .expect("start guestlinkd");
     let mut daemon = Daemon(child);

@@ -104,9 +104,10 @@ pub struct ActiveSession {
     /// logind session id.
     pub id: String,
     /// The screen is locked (`LockedHint`, or a `Lock` signal not yet followed by `Unlock` or a falling
-    /// `LockedHint`): a vdagent START is answered SESSION_LOCKED.
+    /// `LockedHint`): a vdagent START is answered SESSION_LOCKED and no clipboard crosses.
     pub locked: bool,
-    /// File transfer is allowed: only in a `user` session (a greeter gets FILE_XFER_DISABLE).
+    /// A `user` session, not a greeter: file transfer and the clipboard are allowed (a greeter gets
+    /// FILE_XFER_DISABLE and no clipboard; docs/spice.md#locked-sessions-and-the-login-screen).
     pub file_xfer_allowed: bool,
 }
 

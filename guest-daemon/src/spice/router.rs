@@ -5,17 +5,22 @@
 //! the agent of the active session has reported its geometry; caps with `request = 1` mean a new client; replies go
 //! back on the port the request came on; guest→host messages are single chunks; only the active agent sees host
 //! traffic; file-transfer ids are created by a client START only, bound to the agent active at START, capped at
-//! [`MAX_TRANSFERS`], and dropped on client disconnect (CVE-2020-25650/25651).
+//! [`MAX_TRANSFERS`], and dropped on client disconnect (CVE-2020-25650/25651). While the active session is locked
+//! or is a login screen no clipboard crosses ([`lock`]).
 
+mod convert;
+mod lock;
 mod xfer;
+
+use convert::{device_info_msg, monitors_msg};
+
+use lock::Withheld;
 
 use super::log_limit::{log_limited, truncated, Words};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use guestlink_protocol::session::{
-    GeometryMonitor, SessionDeviceDisplay, SessionMessage, SessionMonitor,
-};
+use guestlink_protocol::session::{GeometryMonitor, SessionMessage};
 use guestlink_protocol::vdagent::file_xfer::ERROR_TYPE_GLIB_IO;
 use guestlink_protocol::vdagent::{
     encode_message, encode_single_head, Capabilities, Capability, ChunkMode, ClipboardType,
@@ -124,10 +129,12 @@ pub struct Router {
     max_clipboard: Option<i32>,
     xfers: BTreeMap<u32, AgentId>,
     guest_owned: BTreeSet<u8>,
-    /// The active session is locked (see [`Router::set_session_state`]).
+    /// The active session is locked (see [`Router::set_active`]).
     session_locked: bool,
-    /// File transfer is allowed in the active session.
-    file_xfer_allowed: bool,
+    /// The active session is of class user, not a greeter: file transfer and the clipboard are allowed.
+    user_class: bool,
+    /// Grabs that arrived while the clipboard was blocked, by selection byte ([`lock`]).
+    withheld: BTreeMap<u8, Withheld>,
 }
 
 impl Default for Router {
@@ -161,7 +168,8 @@ impl Router {
             xfers: BTreeMap::new(),
             guest_owned: BTreeSet::new(),
             session_locked: false,
-            file_xfer_allowed: true,
+            user_class: true,
+            withheld: BTreeMap::new(),
         }
     }
 
@@ -210,6 +218,7 @@ impl Router {
         self.wire = WireFormat::default();
         self.serials.reset();
         self.guest_owned.clear();
+        self.withheld.clear();
         let caps = Message::AnnounceCapabilities {
             request: true,
             caps: self.ours.clone(),
@@ -229,6 +238,7 @@ impl Router {
         self.client = None;
         self.wire = WireFormat::default();
         self.guest_owned.clear();
+        self.withheld.clear();
         out
     }
 
@@ -252,7 +262,7 @@ impl Router {
         if let Some(g) = self.agents.get(&id).and_then(|a| a.geometry.clone()) {
             out.push(Action::Tablet(g));
         }
-        if !self.file_xfer_allowed {
+        if !self.user_class {
             out.push(Action::Agent(id, SessionMessage::FileXferDisable));
         }
     }
@@ -269,23 +279,28 @@ impl Router {
         }
     }
 
-    /// Sets the active session ("" in no-logind mode) and its state from logind: while `locked`, a client START is answered
-    /// SESSION_LOCKED (like spice-vdagentd); without `file_xfer_allowed` (a greeter) it is answered DISABLED and
-    /// the session's agent gets FILE_XFER_DISABLE.
+    /// Sets the active session ("" in no-logind mode) and its state from logind. While `locked`, a client START is
+    /// answered SESSION_LOCKED (like spice-vdagentd) and no clipboard crosses ([`lock`]); without `user_class` (a
+    /// greeter) a START is answered DISABLED, the session's agent gets FILE_XFER_DISABLE, and no clipboard crosses.
+    /// When the same agent's clipboard is unblocked (unlock), the grabs withheld meanwhile are offered.
     pub fn set_active(
         &mut self,
         session: Option<String>,
         locked: bool,
-        file_xfer_allowed: bool,
+        user_class: bool,
     ) -> Vec<Action> {
         let mut out = Vec::new();
-        let was_allowed = std::mem::replace(&mut self.file_xfer_allowed, file_xfer_allowed);
+        let was_blocked = self.clipboard_blocked();
+        let was_user = std::mem::replace(&mut self.user_class, user_class);
         self.session_locked = locked;
         if session == self.active_session {
-            if was_allowed && !file_xfer_allowed {
+            if was_user && !user_class {
                 if let Some(id) = self.active_agent() {
                     out.push(Action::Agent(id, SessionMessage::FileXferDisable));
                 }
+            }
+            if was_blocked && !self.clipboard_blocked() {
+                self.offer_withheld(&mut out);
             }
             return out;
         }
@@ -293,6 +308,8 @@ impl Router {
         self.active_session = session;
         let after = self.active_agent();
         if before != after {
+            // Withheld grabs belong to the session that was blocked, not to the next one.
+            self.withheld.clear();
             self.release_guest_owned(&mut out);
             if let Some(id) = after {
                 self.activate(&mut out, id);
@@ -379,9 +396,14 @@ impl Router {
             SessionMessage::ClipboardRequest {
                 selection,
                 data_type,
-            } if !active || !self.port_open || !self.selection_crosses(selection) => {
-                // Not the active session, no client, or a selection the client cannot take: an immediate empty
-                // answer, never host data (the core disconnects a non-active agent that does not read these).
+            } if !active
+                || !self.port_open
+                || !self.selection_crosses(selection)
+                || self.clipboard_blocked() =>
+            {
+                // Not the active session, no client, a selection the client cannot take, or a locked session or
+                // login screen: an immediate empty answer, never host data (the core disconnects a non-active
+                // agent that does not read these).
                 let _ = data_type;
                 out.push(Action::Agent(
                     id,
@@ -413,18 +435,10 @@ impl Router {
             }
             SessionMessage::ClipboardGrab { selection, types } => {
                 let types = capped_types(types, "session agent");
-                if self.client_has(Capability::ClipboardByDemand) {
-                    let serial = self
-                        .wire
-                        .grab_serial
-                        .then(|| self.serials.next_outgoing(selection));
-                    self.guest_owned.insert(selection.as_u8());
-                    let msg = Message::ClipboardGrab {
-                        selection,
-                        serial,
-                        types,
-                    };
-                    self.send(&mut out, Port::Client, &msg);
+                if self.clipboard_blocked() {
+                    self.withhold(selection, Withheld::Guest(types));
+                } else {
+                    self.forward_guest_grab(&mut out, selection, types);
                 }
             }
             SessionMessage::ClipboardRequest {
@@ -442,7 +456,8 @@ impl Router {
                 data_type,
                 data,
             } => {
-                let data = if self.clipboard_too_big(data.len()) {
+                // Locked or login screen: an answer to a request from before the lock goes out empty.
+                let data = if self.clipboard_too_big(data.len()) || self.clipboard_blocked() {
                     Vec::new()
                 } else {
                     data
@@ -452,6 +467,7 @@ impl Router {
                 }
             }
             SessionMessage::ClipboardRelease { selection } => {
+                self.forget_withheld(selection, false);
                 if self.guest_owned.remove(&selection.as_u8()) {
                     self.send(
                         &mut out,
@@ -539,7 +555,7 @@ impl Router {
                 agent = id,
                 "dropping a clipboard answer from an agent that is not active (or for a legacy client's other selection)"
             );
-        } else if self.clipboard_too_big(len) {
+        } else if self.clipboard_too_big(len) || self.clipboard_blocked() {
             out.extend(
                 self.clipboard_head(selection, data_type, 0)
                     .map(Action::Port),
@@ -610,6 +626,7 @@ impl Router {
                         self.to_active(&mut out, SessionMessage::ClientDisconnected);
                     }
                     self.serials.reset();
+                    self.withheld.clear();
                     let reply = Message::AnnounceCapabilities {
                         request: false,
                         caps: self.ours.clone(),
@@ -642,7 +659,14 @@ impl Router {
                 if accepted {
                     let types = capped_types(types, "host");
                     self.guest_owned.remove(&selection.as_u8());
-                    self.to_active(&mut out, SessionMessage::ClipboardGrab { selection, types });
+                    if self.clipboard_blocked() {
+                        self.withhold(selection, Withheld::Host(types));
+                    } else {
+                        self.to_active(
+                            &mut out,
+                            SessionMessage::ClipboardGrab { selection, types },
+                        );
+                    }
                 } else {
                     tracing::debug!(?serial, "stale clipboard grab serial dropped");
                 }
@@ -651,13 +675,17 @@ impl Router {
                 selection,
                 data_type,
             } => {
-                if !self.to_active(
-                    &mut out,
-                    SessionMessage::ClipboardRequest {
-                        selection,
-                        data_type,
-                    },
-                ) {
+                // Locked or login screen: the client's paste gets an empty answer at once (spice-gtk ends its
+                // wait on any CLIPBOARD of the selection), never guest data.
+                if self.clipboard_blocked()
+                    || !self.to_active(
+                        &mut out,
+                        SessionMessage::ClipboardRequest {
+                            selection,
+                            data_type,
+                        },
+                    )
+                {
                     let empty = Message::Clipboard {
                         selection,
                         data_type: ClipboardType::None,
@@ -671,6 +699,12 @@ impl Router {
                 data_type,
                 data,
             } => {
+                // Locked or login screen: an answer to a request from before the lock arrives empty.
+                let (data_type, data) = if self.clipboard_blocked() {
+                    (ClipboardType::None, Vec::new())
+                } else {
+                    (data_type, data)
+                };
                 self.to_active(
                     &mut out,
                     SessionMessage::ClipboardData {
@@ -681,6 +715,7 @@ impl Router {
                 );
             }
             Message::ClipboardRelease { selection } => {
+                self.forget_withheld(selection, true);
                 self.to_active(&mut out, SessionMessage::ClipboardRelease { selection });
             }
             Message::FileXferStart(start) => self.xfer_start(&mut out, start),
@@ -712,6 +747,7 @@ impl Router {
                     self.to_active(&mut out, SessionMessage::ClientDisconnected);
                 }
                 self.guest_owned.clear();
+                self.withheld.clear();
             }
             Message::MaxClipboard { max } => {
                 self.max_clipboard = Some(max);
@@ -757,49 +793,5 @@ impl Router {
             i64::from(m.y) + i64::from(mon.y),
             m.buttons,
         ));
-    }
-}
-
-fn monitors_msg(mc: &MonitorsConfig) -> SessionMessage {
-    let monitors = mc
-        .monitors
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let mm = mc.physical_sizes.as_ref().and_then(|p| p.get(i));
-            SessionMonitor {
-                width: m.width,
-                height: m.height,
-                depth: m.depth,
-                x: m.x,
-                y: m.y,
-                mm_width: mm.map(|p| p.width),
-                mm_height: mm.map(|p| p.height),
-            }
-        })
-        .collect();
-    SessionMessage::MonitorsConfig {
-        flags: mc.flags,
-        monitors,
-    }
-}
-
-fn device_info_msg(info: &GraphicsDeviceInfo) -> SessionMessage {
-    SessionMessage::GraphicsDeviceInfo {
-        displays: info
-            .displays
-            .iter()
-            .map(|d| SessionDeviceDisplay {
-                channel_id: d.channel_id,
-                monitor_id: d.monitor_id,
-                device_display_id: d.device_display_id,
-                device_address: String::from_utf8_lossy(
-                    d.device_address
-                        .strip_suffix(&[0])
-                        .unwrap_or(&d.device_address),
-                )
-                .into_owned(),
-            })
-            .collect(),
     }
 }

@@ -1,9 +1,11 @@
-//! Unit tests of [`super::router::Router`]: session activation, port wish, grab serials, transfer binding.
+//! Unit tests of [`super::router::Router`]: session activation, port wish, grab serials, transfer binding, the
+//! clipboard of a locked session and of a login screen.
 
 use guestlink_protocol::session::{GeometryMonitor, SessionMessage};
 use guestlink_protocol::vdagent::{
     encode_message, Capabilities, ChunkMode, ClipboardType, FileXferResult, FileXferStart, Message,
-    Port, Reassembler, ReassemblerConfig, Selection, WireFormat,
+    MonitorConfig, MonitorsConfig, MouseState, Port, Reassembler, ReassemblerConfig, Selection,
+    WireFormat,
 };
 
 use super::router::{our_caps, Action, Router};
@@ -452,4 +454,240 @@ fn grab_types_are_capped_both_ways() {
         &port_msgs(&acts, wire)[..],
         [Message::ClipboardGrab { types, .. }] if types.len() == super::router::MAX_GRAB_TYPES
     ));
+}
+
+/// The clipboard actions in `acts`: frames to agent 1 and messages to the client.
+fn clip_to_agent(acts: &[Action]) -> Vec<&SessionMessage> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Action::Agent(
+                1,
+                m @ (SessionMessage::ClipboardGrab { .. }
+                | SessionMessage::ClipboardRequest { .. }
+                | SessionMessage::ClipboardData { .. }
+                | SessionMessage::ClipboardRelease { .. }),
+            ) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+fn host_grab(serial: u32) -> Message {
+    Message::ClipboardGrab {
+        selection: Selection::Clipboard,
+        serial: Some(serial),
+        types: vec![ClipboardType::Utf8Text],
+    }
+}
+
+fn host_request() -> Message {
+    Message::ClipboardRequest {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+    }
+}
+
+fn guest_grab() -> SessionMessage {
+    SessionMessage::ClipboardGrab {
+        selection: Selection::Clipboard,
+        types: vec![ClipboardType::Utf8Text],
+    }
+}
+
+fn guest_answer(text: &[u8]) -> SessionMessage {
+    SessionMessage::ClipboardData {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: text.to_vec(),
+    }
+}
+
+/// The client got exactly one CLIPBOARD, empty (type NONE): a refusal that ends spice-gtk's wait.
+fn is_empty_answer(msgs: &[Message]) -> bool {
+    matches!(
+        msgs,
+        [Message::Clipboard {
+            data_type: ClipboardType::None,
+            data,
+            ..
+        }] if data.is_empty()
+    )
+}
+
+#[test]
+fn a_locked_session_keeps_its_clipboard_and_unlock_offers_the_withheld_host_grab() {
+    let (mut r, wire) = ready();
+    // The guest owned the clipboard before the lock.
+    assert_eq!(port_msgs(&r.on_agent(1, guest_grab()), wire).len(), 1);
+    assert!(r.set_active(Some("s1".into()), true, true).is_empty());
+    // The host pastes: answered empty at once, the locked agent is not asked.
+    let acts = r.on_port(Port::Client, raw(&host_request(), wire));
+    assert!(clip_to_agent(&acts).is_empty(), "{acts:?}");
+    assert!(is_empty_answer(&port_msgs(&acts, wire)), "{acts:?}");
+    // An answer the agent still sends (to a request from before the lock) leaves empty.
+    let acts = r.on_agent(1, guest_answer(b"secret"));
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::Clipboard { data, .. }] if data.is_empty()
+    ));
+    let acts = r.on_agent_stream(1, guest_answer(b""), 100_000);
+    assert!(!acts.iter().any(|a| matches!(a, Action::PortStream { .. })));
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::Clipboard { data, .. }] if data.is_empty()
+    ));
+    // A guest grab does not reach the host.
+    assert!(port_msgs(&r.on_agent(1, guest_grab()), wire).is_empty());
+    // The host grabs: not offered to the locked session; the agent's own request is answered empty.
+    let acts = r.on_port(Port::Client, raw(&host_grab(0), wire));
+    assert!(clip_to_agent(&acts).is_empty(), "{acts:?}");
+    let acts = r.on_agent(
+        1,
+        SessionMessage::ClipboardRequest {
+            selection: Selection::Clipboard,
+            data_type: ClipboardType::Utf8Text,
+        },
+    );
+    assert!(port_msgs(&acts, wire).is_empty());
+    assert!(matches!(
+        &clip_to_agent(&acts)[..],
+        [SessionMessage::ClipboardData {
+            data_type: ClipboardType::None,
+            ..
+        }]
+    ));
+    // Host data arriving while locked reaches the agent empty.
+    let data = Message::Clipboard {
+        selection: Selection::Clipboard,
+        data_type: ClipboardType::Utf8Text,
+        data: b"host".to_vec(),
+    };
+    let acts = r.on_port(Port::Client, raw(&data, wire));
+    assert!(matches!(
+        &clip_to_agent(&acts)[..],
+        [SessionMessage::ClipboardData { data, .. }] if data.is_empty()
+    ));
+    // Unlock: the host's grab (the newest) is offered, without a reconnect; the guest's older one is not.
+    let acts = r.set_active(Some("s1".into()), false, true);
+    assert!(matches!(
+        &clip_to_agent(&acts)[..],
+        [SessionMessage::ClipboardGrab { selection: Selection::Clipboard, types }]
+            if types == &[ClipboardType::Utf8Text]
+    ));
+    assert!(port_msgs(&acts, wire).is_empty());
+    // And the clipboard works both ways again.
+    let acts = r.on_port(Port::Client, raw(&data, wire));
+    assert!(matches!(
+        &clip_to_agent(&acts)[..],
+        [SessionMessage::ClipboardData { data, .. }] if data == b"host"
+    ));
+    let acts = r.on_port(Port::Client, raw(&host_request(), wire));
+    assert!(matches!(
+        &clip_to_agent(&acts)[..],
+        [SessionMessage::ClipboardRequest { .. }]
+    ));
+    let acts = r.on_agent(1, guest_answer(b"after"));
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::Clipboard { data, .. }] if data == b"after"
+    ));
+}
+
+#[test]
+fn unlock_offers_only_the_newest_grab_and_only_if_still_current() {
+    let (mut r, wire) = ready();
+    r.set_active(Some("s1".into()), true, true);
+    // Host grab, then a guest grab: on unlock the guest's goes to the client (with its serial), the host's not.
+    r.on_port(Port::Client, raw(&host_grab(0), wire));
+    r.on_agent(1, guest_grab());
+    let acts = r.set_active(Some("s1".into()), false, true);
+    assert!(clip_to_agent(&acts).is_empty(), "{acts:?}");
+    assert!(matches!(
+        &port_msgs(&acts, wire)[..],
+        [Message::ClipboardGrab {
+            selection: Selection::Clipboard,
+            serial: Some(1), // the shared counter: the host's grab 0 was accepted
+            ..
+        }]
+    ));
+    // A host grab released while locked is not offered.
+    r.set_active(Some("s1".into()), true, true);
+    r.on_port(Port::Client, raw(&host_grab(1), wire));
+    let release = Message::ClipboardRelease {
+        selection: Selection::Clipboard,
+    };
+    r.on_port(Port::Client, raw(&release, wire));
+    let acts = r.set_active(Some("s1".into()), false, true);
+    assert!(clip_to_agent(&acts).is_empty(), "{acts:?}");
+    // A host grab withheld from a client that then disconnected is not offered.
+    r.set_active(Some("s1".into()), true, true);
+    r.on_port(Port::Client, raw(&host_grab(2), wire));
+    r.on_port(
+        Port::Server,
+        raw(&Message::ClientDisconnected, WireFormat::default()),
+    );
+    assert!(clip_to_agent(&r.set_active(Some("s1".into()), false, true)).is_empty());
+}
+
+#[test]
+fn a_withheld_grab_is_not_offered_to_another_session() {
+    let (mut r, wire) = ready();
+    r.agent_connected(2, "s2".into()).unwrap();
+    r.on_agent(2, geometry());
+    r.set_active(Some("s1".into()), true, true);
+    r.on_port(Port::Client, raw(&host_grab(0), wire));
+    // VT switch to s2 (unlocked), then back to s1 unlocked: the grab withheld from s1 is offered to neither.
+    let acts = r.set_active(Some("s2".into()), false, true);
+    assert!(!acts
+        .iter()
+        .any(|a| matches!(a, Action::Agent(_, SessionMessage::ClipboardGrab { .. }))));
+    let acts = r.set_active(Some("s1".into()), false, true);
+    assert!(clip_to_agent(&acts).is_empty(), "{acts:?}");
+}
+
+#[test]
+fn a_greeter_gets_resize_and_mouse_but_no_clipboard_either_way() {
+    let (mut r, wire) = ready();
+    let acts = r.set_active(Some("s1".into()), false, false);
+    assert!(acts
+        .iter()
+        .any(|a| matches!(a, Action::Agent(1, SessionMessage::FileXferDisable))));
+    // Host -> guest: the grab is not offered, host data would arrive empty.
+    assert!(clip_to_agent(&r.on_port(Port::Client, raw(&host_grab(0), wire))).is_empty());
+    // Guest -> host: no grab, a paste answered empty without asking the agent, an agent answer goes out empty.
+    assert!(port_msgs(&r.on_agent(1, guest_grab()), wire).is_empty());
+    let acts = r.on_port(Port::Client, raw(&host_request(), wire));
+    assert!(clip_to_agent(&acts).is_empty());
+    assert!(is_empty_answer(&port_msgs(&acts, wire)));
+    assert!(matches!(
+        &port_msgs(&r.on_agent(1, guest_answer(b"greeter")), wire)[..],
+        [Message::Clipboard { data, .. }] if data.is_empty()
+    ));
+    // Resize: the client's monitors config reaches the greeter's agent (and is acknowledged).
+    let mc = Message::MonitorsConfig(MonitorsConfig {
+        flags: 0,
+        monitors: vec![MonitorConfig {
+            height: 768,
+            width: 1024,
+            depth: 32,
+            x: 0,
+            y: 0,
+        }],
+        physical_sizes: None,
+    });
+    let acts = r.on_port(Port::Client, raw(&mc, wire));
+    assert!(acts.iter().any(|a| matches!(
+        a,
+        Action::Agent(1, SessionMessage::MonitorsConfig { monitors, .. })
+            if monitors.len() == 1 && monitors[0].width == 1024
+    )));
+    // Mouse: the pointer moves.
+    let mouse = Message::MouseState(MouseState {
+        x: 10,
+        y: 20,
+        buttons: 2,
+        display_id: 0,
+    });
+    let acts = r.on_port(Port::Server, raw(&mouse, wire));
+    assert_eq!(acts, vec![Action::Mouse(10, 20, 2)]);
 }

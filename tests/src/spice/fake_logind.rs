@@ -1,9 +1,11 @@
 //! A fake `org.freedesktop.login1` on a private dbus-daemon, for black-box guestlinkd tests that need logind
 //! (systemd-logind itself cannot run here: it needs systemd as PID 1 and real seats). Only what guestlinkd reads
 //! (guest-daemon/src/spice/logind.rs): Manager.GetSessionByPID / GetUserByPID, seat0's ActiveSession and the
-//! Session properties Id, User, Type, Class, Remote, LockedHint. The session set is fixed at start; `pids` maps
-//! processes to sessions and may change at any time. The unit test guest-daemon/src/spice/logind_tests.rs has a
-//! fuller fake (signals, lock changes) for the follower itself.
+//! Session properties Id, User, Type, Class, Remote, LockedHint, and the Session signals Lock/Unlock
+//! ([`FakeLogind::lock`], as `loginctl lock-session`/`unlock-session` make logind send them). The session set is
+//! fixed at start; `pids` maps processes to sessions and may change at any time. The unit test
+//! guest-daemon/src/spice/logind_tests.rs has a fuller fake (VT switches, LockedHint changes) for the follower itself.
+#![allow(dead_code)] // each test uses part of it
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -11,6 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
 
 /// One fake session: id, owner uid, `Type`, `Class`.
@@ -78,6 +81,10 @@ impl Session {
     fn locked_hint(&self) -> bool {
         false
     }
+    #[zbus(signal)]
+    async fn lock(emitter: &SignalEmitter<'_>) -> zbus::Result<()>;
+    #[zbus(signal)]
+    async fn unlock(emitter: &SignalEmitter<'_>) -> zbus::Result<()>;
 }
 
 struct Seat(&'static str);
@@ -174,6 +181,45 @@ impl FakeLogind {
             address,
             pids,
         }
+    }
+
+    /// Emits session `id`'s `Lock` (`locked`) or `Unlock` signal, as logind does for `loginctl lock-session` /
+    /// `unlock-session`.
+    pub fn lock(&self, id: &str, locked: bool) {
+        self._rt.block_on(async {
+            let iface = self
+                ._server
+                .object_server()
+                .interface::<_, Session>(session_path(id))
+                .await
+                .expect("no such fake session");
+            let emitter = iface.signal_emitter();
+            if locked {
+                Session::lock(emitter).await
+            } else {
+                Session::unlock(emitter).await
+            }
+            .expect("emit Lock/Unlock");
+        });
+    }
+
+    /// guestlinkd as the SPICE tests run it ([`crate::spice_common::guestlinkd_spice`]) but with logind: this
+    /// fake's bus as the system bus.
+    pub fn guestlinkd(&self, dir: &Path, port: &Path, session_socket: &Path) -> Command {
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        let mut cmd = Command::new(guestlink_tests::agent::guestlinkd_path());
+        cmd.args(["-m", "none", "--foreground"])
+            .arg("-t")
+            .arg(dir.join("state"))
+            .arg("--spice-path")
+            .arg(port)
+            .arg("--session-socket")
+            .arg(session_socket)
+            .arg("--uinput-fake")
+            .arg(dir.join("uinput"))
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.address)
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// Process `pid` belongs to session `id` from now on.

@@ -80,7 +80,7 @@ impl Router {
             self.status(out, id, FileXferResult::SessionLocked, FileXferDetail::None);
             return;
         }
-        if !self.file_xfer_allowed {
+        if !self.user_class {
             self.status(out, id, FileXferResult::Disabled, FileXferDetail::None);
             return;
         }
