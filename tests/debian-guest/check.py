@@ -15,7 +15,7 @@
 1. the in-guest checks of that boot (only guestlink-spice started, the X session's agent served);
 2. the uinput tablet (uinput_pointer): in /proc/bus/input/devices and opened by Xorg; `guestlink mouse` moves the
    pointer (xdotool getmouselocation), the first position after the agent started and after a resize included,
-   and a click arrives (xinput test);
+   and a click arrives there (xinput test-xi2);
 3. through `guestlink --spice-socket` on the SPICE port and the control port: host -> guest clipboard (xclip -o in
    the guest), guest -> host clipboard (xclip -i in the guest, `guestlink clipboard get`), resize (xrandr).
 Prints one line per step; exits non-zero on the first failure.
@@ -378,7 +378,8 @@ def uinput_pointer(ctl, guestlink, x):
     """The uinput tablet on a real kernel, as the session's Xorg (libinput) sees it: the device exists; MOUSE_STATE
     from the host (`guestlink mouse`) moves X's pointer, the first position after the agent started and the first
     after a resize included (a device X has not opened yet used to swallow it, issue 18); a click at that position
-    arrives as a button press and release of the tablet (xinput test)."""
+    arrives as a button press and release from the tablet (xinput test-xi2). xf86-input-libinput scales through
+    0..65535 onto 0..width-1, so X may read a position one pixel lower: one pixel of slack."""
     rc, out = ctl.run("grep -A4 'N: Name=\"guestlink tablet\"' /proc/bus/input/devices")
     if rc != 0:
         _, devs = ctl.run("cat /proc/bus/input/devices; ls -l /dev/uinput")
@@ -423,9 +424,10 @@ def uinput_pointer(ctl, guestlink, x):
     time.sleep(3)
     first_position_lands(700, 500, "first position after a resize to 800x600")
 
-    # A click there: xinput test prints the tablet's button events (line-buffered into a file).
-    rc, out = ctl.run(f"rm -f /tmp/glclicks; {x} setsid timeout 60 stdbuf -oL xinput test 'guestlink tablet' "
-                      ">/tmp/glclicks 2>&1 </dev/null & sleep 2")
+    # A click there: `xinput test-xi2 --root` prints the X server's XI2 button events on the root window (there
+    # is no other window), line-buffered into a file.
+    rc, out = ctl.run(f"rm -f /tmp/glclicks; {x} setsid timeout 90 stdbuf -oL xinput test-xi2 --root "
+                      ">/tmp/glclicks 2>&1 </dev/null & sleep 3")
     if rc != 0:
         fail(f"xinput test in the guest: {rc} {out}")
     o = guestlink("mouse", "700", "500", "--click", "left")
@@ -434,13 +436,23 @@ def uinput_pointer(ctl, guestlink, x):
 
     def clicked():
         rc, out = ctl.run("cat /tmp/glclicks")
-        ok = re.search(r"button press\s+1", out) and re.search(r"button release\s+1", out)
-        return bool(ok), out.strip()[-300:]
-    got = poll("xinput test to see button 1 pressed and released", clicked, timeout=30)
+        press = re.search(r"\(ButtonPress\)\s+device: \d+ \((\d+)\)(?:\s+time: \d+)?\s+detail: 1\b", out)
+        release = re.search(r"\(ButtonRelease\)\s+device: \d+ \((\d+)\)(?:\s+time: \d+)?\s+detail: 1\b", out)
+        return bool(press and release), out.strip()[-400:]
+    poll("xinput test-xi2 to see button 1 pressed and released", clicked, timeout=30)
     at = location()
     if at is None or abs(at[0] - 700) > 1 or abs(at[1] - 500) > 1:
         fail(f"the click moved the pointer away from 700,500: {at}")
-    log(f"uinput: click at 700,500 arrived: {' | '.join(l.strip() for l in got.splitlines() if 'button' in l)}")
+    _, ids = ctl.run(f"{x} xinput list --id-only 'guestlink tablet'")
+    _, out = ctl.run("cat /tmp/glclicks")
+    src = set(re.findall(r"\(Button(?:Press|Release)\)\s+device: \d+ \((\d+)\)", out))
+    if src != {ids.strip()}:
+        fail(f"the button events came from device(s) {src}, not the guestlink tablet ({ids.strip()})")
+    # Where X delivered the press: its root coordinates.
+    m = re.search(r"\(ButtonPress\).*?root: (-?[\d.]+)/(-?[\d.]+)", out, re.S)
+    if not m or abs(float(m.group(1)) - 700) > 1 or abs(float(m.group(2)) - 500) > 1:
+        fail(f"the press was not at 700,500: {m.groups() if m else out[-400:]}")
+    log(f"uinput: click at 700,500 arrived: ButtonPress and ButtonRelease of button 1 from the tablet (id {ids.strip()})")
 
 
 def main():

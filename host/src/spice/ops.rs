@@ -377,8 +377,11 @@ pub fn resize(
     }
 }
 
+/// How long [`mouse`] holds a clicked button down.
+const CLICK_HOLD: Duration = Duration::from_millis(100);
+
 /// Sends MOUSE_STATE at (`x`, `y`) on `display` as spice-server does in client mouse mode (no reply exists);
-/// with `click` (a button mask) a press then a release at that position. Returns the messages sent.
+/// with `click` (a button mask) a press, then [`CLICK_HOLD`] later a release, at that position. Returns the messages sent.
 pub fn mouse(
     link: &mut SpiceLink,
     x: u32,
@@ -398,7 +401,12 @@ pub fn mouse(
     if let Some(mask) = click {
         msgs.extend([state(mask), state(0)]);
     }
-    for m in &msgs {
+    for (i, m) in msgs.iter().enumerate() {
+        if i == 2 {
+            // The release follows the press as a person's click does; a press and release in the same instant
+            // can be taken for switch bounce by the guest's input stack (libinput debounces buttons).
+            std::thread::sleep(CLICK_HOLD);
+        }
         // spice-server sends it on the server port (it comes from its input channel, not the client).
         link.send(Port::Server, m)?;
     }
