@@ -147,7 +147,13 @@ fn device(address: &str, index: u32) -> guestlink_protocol::session::SessionDevi
 ///    KWin's own position for it), and a config moves Virtual-1, not Virtual-0.
 #[test]
 fn device_info_maps_displays_to_kwin_outputs_with_order_fallback() {
-    if !tools_present(&["kwin_wayland", "dbus-daemon", "wl-copy", "wl-paste", "kscreen-doctor"]) {
+    if !tools_present(&[
+        "kwin_wayland",
+        "dbus-daemon",
+        "wl-copy",
+        "wl-paste",
+        "kscreen-doctor",
+    ]) {
         return;
     }
     let k = Kwin::start_outputs(2);

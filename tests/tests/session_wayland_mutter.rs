@@ -392,8 +392,10 @@ fn device_info_maps_displays_to_mutter_connectors_with_order_fallback() {
     // (display id, x, width) of each monitor, by display id.
     let layout = |msg: &SessionMessage| match msg {
         SessionMessage::Geometry { monitors } if monitors.len() == 2 => {
-            let mut v: Vec<(u32, i32, u32)> =
-                monitors.iter().map(|g| (g.display_id, g.x, g.width)).collect();
+            let mut v: Vec<(u32, i32, u32)> = monitors
+                .iter()
+                .map(|g| (g.display_id, g.x, g.width))
+                .collect();
             v.sort_unstable();
             Some(v)
         }

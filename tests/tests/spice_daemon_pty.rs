@@ -94,10 +94,11 @@ fn host_on(port: &PtyPort) -> Host {
 /// guestlinkd serving the pty's slave; its session socket in a temporary directory.
 fn start(port: &PtyPort) -> (tempfile::TempDir, Daemon) {
     let dir = tempfile::tempdir().unwrap();
-    let child = spice_common::guestlinkd_spice(dir.path(), &port.slave, &dir.path().join("session.sock"))
-        .env("RUST_LOG", "debug")
-        .spawn()
-        .expect("start guestlinkd");
+    let child =
+        spice_common::guestlinkd_spice(dir.path(), &port.slave, &dir.path().join("session.sock"))
+            .env("RUST_LOG", "debug")
+            .spawn()
+            .expect("start guestlinkd");
     (dir, Daemon(child))
 }
 

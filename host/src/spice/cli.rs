@@ -320,8 +320,12 @@ pub fn run(cmd: &SpiceCmd, c: Common<'_>, out: &mut dyn Write) -> Result<i32, Sp
                     json!({"x": a.x, "y": a.y, "display": a.display, "click": click, "messages": sent}),
                 )?;
             } else if !c.quiet {
-                writeln!(out, "pointer sent to {},{} on display {}", a.x, a.y, a.display)
-                    .map_err(io_err)?;
+                writeln!(
+                    out,
+                    "pointer sent to {},{} on display {}",
+                    a.x, a.y, a.display
+                )
+                .map_err(io_err)?;
             }
         }
         SpiceCmd::Resize(a) => {
