@@ -58,7 +58,7 @@ fn pty_port() -> PtyPort {
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(nix::libc::EIO) => {
-                    std::thread::sleep(Duration::from_millis(10))
+                    std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(_) => return,
             }
