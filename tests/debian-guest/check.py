@@ -13,7 +13,10 @@
    resumes.
 --mode spice-only (the SPICE port and the test control port, no QGA port):
 1. the in-guest checks of that boot (only guestlink-spice started, the X session's agent served);
-2. through `guestlink --spice-socket` on the SPICE port and the control port: host -> guest clipboard (xclip -o in
+2. the uinput tablet (uinput_pointer): in /proc/bus/input/devices and opened by Xorg; `guestlink mouse` moves the
+   pointer (xdotool getmouselocation), the first position after the agent started and after a resize included,
+   and a click arrives there (xinput test-xi2);
+3. through `guestlink --spice-socket` on the SPICE port and the control port: host -> guest clipboard (xclip -o in
    the guest), guest -> host clipboard (xclip -i in the guest, `guestlink clipboard get`), resize (xrandr).
 Prints one line per step; exits non-zero on the first failure.
 """
@@ -378,6 +381,8 @@ def spice_only(args):
     st = poll("guestlink spice-state to answer", state, timeout=120, interval=2)
     log(f"spice-state: {st[1]}")
 
+    uinput_pointer(ctl, guestlink, x)
+
     # Host -> guest clipboard: the host offers a text, the guest user pastes it from the X clipboard.
     text = "hello from the host ✓ (SPICE port only)"
     def offer():
@@ -449,6 +454,87 @@ def spice_only(args):
     if "NRestarts=0" not in out or "ActiveState=active" not in out:
         fail(f"guestlink-spice restarted or stopped during the SPICE traffic: {out}")
     log("all checks passed")
+
+
+def uinput_pointer(ctl, guestlink, x):
+    """The uinput tablet on a real kernel, as the session's Xorg (libinput) sees it: the device exists; MOUSE_STATE
+    from the host (`guestlink mouse`) moves X's pointer, the first position after the agent started and the first
+    after a resize included (a device X has not opened yet used to swallow it, issue 18); a click at that position
+    arrives as a button press and release from the tablet (xinput test-xi2). xf86-input-libinput scales through
+    0..65535 onto 0..width-1, so X may read a position one pixel lower: one pixel of slack."""
+    rc, out = ctl.run("grep -A4 'N: Name=\"guestlink tablet\"' /proc/bus/input/devices")
+    if rc != 0:
+        _, devs = ctl.run("cat /proc/bus/input/devices; ls -l /dev/uinput")
+        fail(f"no guestlink tablet in /proc/bus/input/devices:\n{devs}")
+    log(f"uinput: /proc/bus/input/devices lists {' | '.join(l.strip() for l in out.splitlines())}")
+
+    def xinput_lists():
+        rc, out = ctl.run(f"{x} xinput list --name-only")
+        return rc == 0 and "guestlink tablet" in out.splitlines(), (rc, out.strip()[-300:])
+    poll("xinput list in the guest to show the guestlink tablet", xinput_lists, timeout=60)
+    log("uinput: Xorg opened the guestlink tablet (xinput list)")
+
+    def location():
+        rc, out = ctl.run(f"{x} xdotool getmouselocation")
+        m = re.search(r"x:(-?\d+) y:(-?\d+)", out)
+        return (int(m.group(1)), int(m.group(2))) if rc == 0 and m else None
+
+    def first_position_lands(px, py, what):
+        before = location()
+        o = guestlink("mouse", str(px), str(py))
+        if o.returncode != 0:
+            fail(f"guestlink mouse {px} {py}: {o.returncode} {o.stderr.strip()[-300:]}")
+        # Only this one message: a pointer that stays put fails (one pixel of scaling slack).
+        def landed():
+            at = location()
+            return at is not None and abs(at[0] - px) <= 1 and abs(at[1] - py) <= 1, at
+        at = poll(f"the pointer at {px},{py} ({what}); it was at {before}", landed, timeout=30)
+        log(f"uinput: {what}: one MOUSE_STATE {px},{py} -> xdotool getmouselocation {at} (before: {before})")
+
+    first_position_lands(100, 150, "first position after the agent started")
+
+    o = guestlink("resize", "800x600")
+    if o.returncode != 0:
+        fail(f"guestlink resize 800x600: {o.returncode} {o.stderr}")
+
+    def resized():
+        rc, out = ctl.run(f"{x} xrandr")
+        return rc == 0 and "current 800 x 600" in out, (rc, out.splitlines()[:1])
+    poll("xrandr in the guest to show 800x600", resized)
+    # The tablet is recreated for the new size: wait until X has the new device before the host's next position,
+    # as a client would only send one after the resize.
+    time.sleep(3)
+    first_position_lands(700, 500, "first position after a resize to 800x600")
+
+    # A click there: `xinput test-xi2 --root` prints the X server's XI2 button events on the root window (there
+    # is no other window), line-buffered into a file.
+    rc, out = ctl.run(f"rm -f /tmp/glclicks; {x} setsid timeout 90 stdbuf -oL xinput test-xi2 --root "
+                      ">/tmp/glclicks 2>&1 </dev/null & sleep 3")
+    if rc != 0:
+        fail(f"xinput test in the guest: {rc} {out}")
+    o = guestlink("mouse", "700", "500", "--click", "left")
+    if o.returncode != 0:
+        fail(f"guestlink mouse --click left: {o.returncode} {o.stderr.strip()[-300:]}")
+
+    def clicked():
+        rc, out = ctl.run("cat /tmp/glclicks")
+        press = re.search(r"\(ButtonPress\)\s+device: \d+ \((\d+)\)(?:\s+time: \d+)?\s+detail: 1\b", out)
+        release = re.search(r"\(ButtonRelease\)\s+device: \d+ \((\d+)\)(?:\s+time: \d+)?\s+detail: 1\b", out)
+        return bool(press and release), out.strip()[-400:]
+    poll("xinput test-xi2 to see button 1 pressed and released", clicked, timeout=30)
+    at = location()
+    if at is None or abs(at[0] - 700) > 1 or abs(at[1] - 500) > 1:
+        fail(f"the click moved the pointer away from 700,500: {at}")
+    _, ids = ctl.run(f"{x} xinput list --id-only 'guestlink tablet'")
+    _, out = ctl.run("cat /tmp/glclicks")
+    src = set(re.findall(r"\(Button(?:Press|Release)\)\s+device: \d+ \((\d+)\)", out))
+    if src != {ids.strip()}:
+        fail(f"the button events came from device(s) {src}, not the guestlink tablet ({ids.strip()})")
+    # Where X delivered the press: its root coordinates.
+    m = re.search(r"\(ButtonPress\).*?root: (-?[\d.]+)/(-?[\d.]+)", out, re.S)
+    if not m or abs(float(m.group(1)) - 700) > 1 or abs(float(m.group(2)) - 500) > 1:
+        fail(f"the press was not at 700,500: {m.groups() if m else out[-400:]}")
+    log(f"uinput: click at 700,500 arrived: ButtonPress and ButtonRelease of button 1 from the tablet (id {ids.strip()})")
 
 
 def main():

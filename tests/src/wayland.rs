@@ -474,6 +474,11 @@ impl std::ops::Deref for Kwin {
 impl Kwin {
     /// Starts `kwin_wayland --virtual --width 1280 --height 800` and waits until wl-paste can talk to it.
     pub fn start() -> Kwin {
+        Kwin::start_outputs(1)
+    }
+
+    /// [`Kwin::start`] with `outputs` virtual outputs (`Virtual-0`, `Virtual-1`, …, side by side).
+    pub fn start_outputs(outputs: u32) -> Kwin {
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = dir.path().join("rt");
         let home = dir.path().join("home");
@@ -515,6 +520,8 @@ impl Kwin {
                     "--no-lockscreen",
                     "--no-global-shortcuts",
                     "--no-kactivities",
+                    "--output-count",
+                    &outputs.to_string(),
                 ])
                 .env("XDG_RUNTIME_DIR", &rt)
                 .env("HOME", &home)

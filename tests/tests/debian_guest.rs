@@ -6,7 +6,9 @@
 //!   (udev), their units, both sandboxes as the kernel sees them, `systemd-analyze security guestlink-spice.service`
 //!   recorded and its exposure below `SECURITY_MAX` (check.py), the user unit, a real freeze/thaw of `/`;
 //! - the SPICE port only: guestlinkd never starts, guestlink-spice serves the X session's agent, and the host
-//!   (`guestlink --spice-socket`) gets clipboard both ways and a resize, seen in the guest by xclip and xrandr.
+//!   (`guestlink --spice-socket`) gets clipboard both ways and a resize, seen in the guest by xclip and xrandr;
+//!   the real uinput tablet under the session's Xorg (libinput): `guestlink mouse` positions land (xdotool), the
+//!   first after the agent started and the first after a resize included, and a click arrives (xinput test-xi2).
 //!
 //! Needs root, debootstrap, qemu-system-x86_64, mkfs.ext4, busybox-static and a Debian kernel in /boot; skips
 //! loudly without them unless `GUESTLINK_REQUIRE_VM=1` (set by CI), which turns the skip into a failure.

@@ -126,3 +126,91 @@ fn wait_log(h: &Harness, what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// One GRAPHICS_DEVICE_INFO entry: display 0 is connector `index` of the card at `address`.
+fn device(address: &str, index: u32) -> guestlink_protocol::session::SessionDeviceDisplay {
+    guestlink_protocol::session::SessionDeviceDisplay {
+        channel_id: 0,
+        monitor_id: 0,
+        device_display_id: index,
+        device_address: address.into(),
+    }
+}
+
+/// GRAPHICS_DEVICE_INFO on KDE (issue 18), on a real KWin with two virtual outputs (`Virtual-0` at 0,0 and
+/// `Virtual-1` at 1280,0) and a fake sysfs card whose connectors carry those names (KWin's virtual backend has
+/// no DRM device; what this proves is the connector-name match in the KDE backend, reported geometry and
+/// kscreen-doctor arguments alike):
+/// 1. an address no card has: output order applies, display 0 is Virtual-0;
+/// 2. display 0 on the card's 2nd connector: the geometry is reported again with display 0 = Virtual-1 (at
+///    KWin's own position for it), and a config moves Virtual-1, not Virtual-0.
+#[test]
+fn device_info_maps_displays_to_kwin_outputs_with_order_fallback() {
+    if !tools_present(&[
+        "kwin_wayland",
+        "dbus-daemon",
+        "wl-copy",
+        "wl-paste",
+        "kscreen-doctor",
+    ]) {
+        return;
+    }
+    let k = Kwin::start_outputs(2);
+    let rt = k.runtime();
+    let bus = format!("unix:path={}", rt.join("bus").display());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sysfs = support::common::fake_drm_sysfs(dir.path(), &["Virtual-0", "Virtual-1"]);
+    let mut h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", Path::new(&k.display)),
+        ("XDG_CURRENT_DESKTOP", Path::new("KDE")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
+        ("GUESTLINK_SESSION_SYSFS", &sysfs),
+    ]);
+    let xs = |m: &SessionMessage| match m {
+        SessionMessage::Geometry { monitors } if monitors.len() == 2 => {
+            let mut v: Vec<(u32, i32)> = monitors.iter().map(|g| (g.display_id, g.x)).collect();
+            v.sort_unstable();
+            Some(v)
+        }
+        _ => None,
+    };
+    h.expect("two outputs, Virtual-0 first", |m| {
+        xs(m) == Some(vec![(0, 0), (1, 1280)])
+    });
+    let at = |x| SessionMonitor::sized(1280, 800, x, 0);
+
+    // 1. No card at this address: output order (by name) applies.
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![device("pci/0000/05.0", 1)],
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![at(1280), at(0)],
+    });
+    wait_log(&h, "\"output.Virtual-0.position.1280,0\"");
+    h.expect("display 0 (Virtual-0) moved to 1280", |m| {
+        xs(m) == Some(vec![(0, 1280), (1, 0)])
+    });
+
+    // 2. Display 0 is the card's 2nd connector, Virtual-1 (now at 0,0): reported as such at once.
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![device("pci/0000/02.0", 1)],
+    });
+    h.expect("display 0 = Virtual-1 (at 0,0)", |m| {
+        xs(m) == Some(vec![(0, 0), (1, 1280)])
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![at(1280), at(0)],
+    });
+    wait_log(&h, "\"output.Virtual-1.position.1280,0\"");
+    h.expect("display 0 (Virtual-1) moved to 1280", |m| {
+        xs(m) == Some(vec![(0, 1280), (1, 0)])
+    });
+    assert!(
+        h.log().contains("display mapped to a DRM connector"),
+        "{}",
+        h.log()
+    );
+}

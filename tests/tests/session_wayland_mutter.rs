@@ -46,6 +46,11 @@ struct Mutter {
 
 impl Mutter {
     fn start() -> Mutter {
+        Mutter::start_monitors(1)
+    }
+
+    /// [`Mutter::start`] with `monitors` dummy monitors (`LVDS1`, `LVDS2`, … side by side).
+    fn start_monitors(monitors: u32) -> Mutter {
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = dir.path().join("rt");
         std::fs::create_dir(&rt).expect("rt");
@@ -105,6 +110,7 @@ impl Mutter {
                     "MUTTER_DEBUG_DUMMY_MODE_SPECS",
                     "1280x800:1920x1080:1280x720:1024x768:800x600",
                 )
+                .env("MUTTER_DEBUG_NUM_DUMMY_MONITORS", monitors.to_string())
                 .env_remove("WAYLAND_DISPLAY")
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -184,6 +190,15 @@ impl Mutter {
         run(c, None)
             .map(|o| String::from_utf8_lossy(&o).into_owned())
             .unwrap_or_default()
+    }
+
+    /// X of the logical monitor that holds connector `name`, from GetCurrentState's text (a logical monitor
+    /// reads `(x, y, scale, uint32 transform, primary, [('NAME', vendor, product, serial)], …)`).
+    fn logical_x(&self, name: &str) -> Option<i32> {
+        let state = self.state();
+        let at = state.find(&format!("[('{name}'"))?;
+        let start = state[..at].rfind('(')?;
+        state[start + 1..at].split(", ").next()?.parse().ok()
     }
 
     /// The current mode id ("1024x768@60.000"), from GetCurrentState's text.
@@ -337,4 +352,100 @@ fn xwayland_clipboard_scenario() {
     );
     let _ = c.kill();
     let _ = c.wait();
+}
+
+/// One GRAPHICS_DEVICE_INFO entry: display 0 is connector `index` of the card at `address`.
+fn device(address: &str, index: u32) -> guestlink_protocol::session::SessionDeviceDisplay {
+    guestlink_protocol::session::SessionDeviceDisplay {
+        channel_id: 0,
+        monitor_id: 0,
+        device_display_id: index,
+        device_address: address.into(),
+    }
+}
+
+/// GRAPHICS_DEVICE_INFO on GNOME (issue 18), on a real mutter with two dummy monitors (`LVDS1` at 0,0, `LVDS2`
+/// right of it) and a fake sysfs card whose connectors carry those names (nested mutter has no DRM device; what
+/// this proves is the connector-name match in the DisplayConfig backend, for reported geometry and applied
+/// configs), checked against mutter's own GetCurrentState:
+/// 1. an address no card has: output order applies, display 0 is LVDS1;
+/// 2. display 0 on the card's 2nd connector: the geometry is reported again with display 0 = LVDS2, and a
+///    config sizes and places LVDS2 as display 0.
+#[test]
+fn device_info_maps_displays_to_mutter_connectors_with_order_fallback() {
+    if !tools_present(TOOLS) {
+        return;
+    }
+    let m = Mutter::start_monitors(2);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sysfs = support::common::fake_drm_sysfs(dir.path(), &["LVDS1", "LVDS2"]);
+    let rt = m.rt();
+    let bus = m.bus();
+    let mut h = Harness::start(&[
+        ("XDG_RUNTIME_DIR", &rt),
+        ("WAYLAND_DISPLAY", Path::new("wayland-gl")),
+        ("XDG_CURRENT_DESKTOP", Path::new("GNOME")),
+        ("DBUS_SESSION_BUS_ADDRESS", Path::new(&bus)),
+        ("GUESTLINK_SESSION_SYSFS", &sysfs),
+    ]);
+    // (display id, x, width) of each monitor, by display id.
+    let layout = |msg: &SessionMessage| match msg {
+        SessionMessage::Geometry { monitors } if monitors.len() == 2 => {
+            let mut v: Vec<(u32, i32, u32)> = monitors
+                .iter()
+                .map(|g| (g.display_id, g.x, g.width))
+                .collect();
+            v.sort_unstable();
+            Some(v)
+        }
+        _ => None,
+    };
+    h.expect("two monitors, LVDS1 first", |msg| {
+        layout(msg) == Some(vec![(0, 0, 1280), (1, 1280, 1280)])
+    });
+    let mon = |w, hh, x| SessionMonitor::sized(w, hh, x, 0);
+
+    // 1. No card at this address: display 0 is LVDS1.
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![device("pci/0000/05.0", 1)],
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(1024, 768, 0), mon(1280, 800, 1024)],
+    });
+    h.expect("display 0 (LVDS1) at 1024x768", |msg| {
+        layout(msg) == Some(vec![(0, 0, 1024), (1, 1024, 1280)])
+    });
+    assert_eq!(
+        (m.logical_x("LVDS1"), m.logical_x("LVDS2")),
+        (Some(0), Some(1024)),
+        "{}",
+        m.state()
+    );
+
+    // 2. Display 0 is the card's 2nd connector, LVDS2: reported as such at once, then configured as display 0.
+    h.send(&SessionMessage::GraphicsDeviceInfo {
+        displays: vec![device("pci/0000/02.0", 1)],
+    });
+    h.expect("display 0 = LVDS2 (at 1024, 1280 wide)", |msg| {
+        layout(msg) == Some(vec![(0, 1024, 1280), (1, 0, 1024)])
+    });
+    h.send(&SessionMessage::MonitorsConfig {
+        flags: 1,
+        monitors: vec![mon(800, 600, 0), mon(1024, 768, 800)],
+    });
+    h.expect("display 0 (LVDS2) at 800x600", |msg| {
+        layout(msg) == Some(vec![(0, 0, 800), (1, 800, 1024)])
+    });
+    assert_eq!(
+        (m.logical_x("LVDS2"), m.logical_x("LVDS1")),
+        (Some(0), Some(800)),
+        "{}",
+        m.state()
+    );
+    assert!(
+        h.log().contains("display mapped to a DRM connector"),
+        "{}",
+        h.log()
+    );
 }

@@ -30,6 +30,53 @@ pub enum SpiceCmd {
     SendFile(SendFileArgs),
     /// SPICE: the agent's capabilities and whether it answered.
     SpiceState,
+    /// SPICE: move the guest's pointer to X,Y on a display (MOUSE_STATE, client mouse mode), optionally click.
+    Mouse(MouseArgs),
+}
+
+/// `mouse`.
+#[derive(Debug, Args)]
+pub struct MouseArgs {
+    /// X relative to the display's top-left corner.
+    pub x: u32,
+    /// Y relative to the display's top-left corner.
+    pub y: u32,
+    /// The SPICE display id the position refers to.
+    #[arg(long, default_value_t = 0)]
+    pub display: u8,
+    /// Also press and release this button at the position.
+    #[arg(long, value_enum, value_name = "BUTTON")]
+    pub click: Option<ButtonArg>,
+}
+
+/// Mouse buttons.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ButtonArg {
+    /// Left button.
+    Left,
+    /// Middle button.
+    Middle,
+    /// Right button.
+    Right,
+}
+
+impl ButtonArg {
+    /// The button's bit in MOUSE_STATE's mask.
+    pub fn mask(self) -> u32 {
+        match self {
+            ButtonArg::Left => 1 << 1,
+            ButtonArg::Middle => 1 << 2,
+            ButtonArg::Right => 1 << 3,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ButtonArg::Left => "left",
+            ButtonArg::Middle => "middle",
+            ButtonArg::Right => "right",
+        }
+    }
 }
 
 /// `clipboard get|set`.
@@ -199,6 +246,7 @@ pub fn run(cli: &Cli, cmd: &SpiceCmd, out: &mut dyn Write) -> Result<i32> {
         SpiceCmd::Clipboard(ClipboardCmd::Get(a)) => clipboard_get(&c, link, out, a)?,
         SpiceCmd::Clipboard(ClipboardCmd::Set(a)) => clipboard_set(&c, link, out, a)?,
         SpiceCmd::Resize(a) => resize(&c, link, out, a)?,
+        SpiceCmd::Mouse(a) => mouse(&c, link, out, a)?,
         SpiceCmd::SendFile(a) => send_file(&c, link, out, a)?,
     }
     Ok(0)
@@ -314,6 +362,21 @@ fn resize(
         emit(out, json!({"ok": true, "monitors": monitors.len()}))?;
     } else if !c.quiet {
         writeln!(out, "the guest accepted {}", a.layout).map_err(io_err)?;
+    }
+    Ok(())
+}
+
+/// `mouse`: one pointer position (and a click) in client mouse mode; nothing answers it.
+fn mouse(c: &Common, link: &mut SpiceLink, out: &mut dyn Write, a: &MouseArgs) -> Result<(), Error> {
+    let sent = ops::mouse(link, a.x, a.y, a.display, a.click.map(ButtonArg::mask))?;
+    let click = a.click.map(ButtonArg::name);
+    if c.json {
+        emit(
+            out,
+            json!({"x": a.x, "y": a.y, "display": a.display, "click": click, "messages": sent}),
+        )?;
+    } else if !c.quiet {
+        writeln!(out, "pointer sent to {},{} on display {}", a.x, a.y, a.display).map_err(io_err)?;
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The operations on a [`SpiceLink`]: clipboard get/set, resize, file transfer.
+//! The operations on a [`SpiceLink`]: clipboard get/set, resize, pointer, file transfer.
 
 use std::fs::File;
 use std::io::IoSliceMut;
@@ -14,7 +14,7 @@ use guestlink_protocol::vdagent::file_xfer::{
 use guestlink_protocol::vdagent::{
     encode_raw_message_holes, ChunkMode, ClipboardType, FileXferData, FileXferDetail,
     FileXferResult, FileXferStart, FileXferStatus, Message, MessageType, MonitorConfig,
-    MonitorsConfig, Port, ReplyResult, Selection, SerialRule,
+    MonitorsConfig, MouseState, Port, ReplyResult, Selection, SerialRule,
 };
 
 use super::SpiceLink;
@@ -378,6 +378,42 @@ pub fn resize(
             }
         }
     }
+}
+
+/// How long [`mouse`] holds a clicked button down.
+const CLICK_HOLD: Duration = Duration::from_millis(100);
+
+/// Sends MOUSE_STATE at (`x`, `y`) on `display` as spice-server does in client mouse mode (no reply exists);
+/// with `click` (a button mask) a press, then [`CLICK_HOLD`] later a release, at that position. Returns the messages sent.
+pub fn mouse(
+    link: &mut SpiceLink,
+    x: u32,
+    y: u32,
+    display: u8,
+    click: Option<u32>,
+) -> Result<usize, Error> {
+    let state = |buttons| {
+        Message::MouseState(MouseState {
+            x,
+            y,
+            buttons,
+            display_id: display,
+        })
+    };
+    let mut msgs = vec![state(0)];
+    if let Some(mask) = click {
+        msgs.extend([state(mask), state(0)]);
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        if i == 2 {
+            // The release follows the press as a person's click does; a press and release in the same instant
+            // can be taken for switch bounce by the guest's input stack (libinput debounces buttons).
+            std::thread::sleep(CLICK_HOLD);
+        }
+        // spice-server sends it on the server port (it comes from its input channel, not the client).
+        link.send(Port::Server, m)?;
+    }
+    Ok(msgs.len())
 }
 
 /// Text for a failed transfer status.
