@@ -7,9 +7,10 @@ Why: a daemon's idle RSS is mostly the pages of its own text that start-up touch
 64 KiB around every page fault (fault-around). Spread over 3.7 MB of text, start-up touched 2.3 MB; packed
 together, the same code fits in a few hundred kB (docs/BENCHMARKS.md, "QGA: idle memory").
 
-How: guestlinkd (built with symbols) runs under valgrind's callgrind with bench/qga/run.py's arguments; it idles,
-then a client sends guest-sync-delimited, guest-ping, guest-info and a 1 MiB guest-file-open/read/close; then
-SIGTERM. Every function of the guestlinkd binary that ran is written, mangled, most instructions first.
+How: guestlinkd (built with symbols) runs twice under valgrind's callgrind with bench/qga/run.py's arguments: once
+it only starts, idles and gets SIGTERM; once a client also sends guest-sync-delimited, guest-ping, guest-info and a
+1 MiB guest-file-open/read/close. The functions of the guestlinkd binary that ran are written, mangled: those of
+the first run (all that an idle daemon has touched), then those only the requests ran; most instructions first.
 
 The names carry the crates' hashes: a new toolchain or dependency version renames them and the linker then ignores
 the stale entries (the binary is correct, only the idle RSS rises back; `bench/qga/run.py --phases idle` shows it).
@@ -42,8 +43,8 @@ HEADER = """\
 """
 
 
-def drive(binary, out):
-    """Runs `binary` under callgrind through one idle start and a few requests; returns callgrind's output path."""
+def drive(binary, out, client):
+    """Runs `binary` under callgrind through one idle start and, with `client`, a few requests; returns `out`."""
     with tempfile.TemporaryDirectory(prefix="guestlink-order-") as d:
         sock_path, state, conf = os.path.join(d, "qga.sock"), os.path.join(d, "state"), os.path.join(d, "c.conf")
         os.mkdir(state)
@@ -61,34 +62,40 @@ def drive(binary, out):
                 sys.exit("guestlinkd did not start under valgrind")
             time.sleep(0.1)
         time.sleep(2)
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(sock_path)
-        f = s.makefile("rb")
-        s.sendall(b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": 7}}).encode() + b"\n")
-        while f.read(1) != b"\xff":
-            pass
-        assert json.loads(f.readline()) == {"return": 7}
-
-        def call(execute, arguments=None):
-            req = {"execute": execute} if arguments is None else {"execute": execute, "arguments": arguments}
-            s.sendall(json.dumps(req).encode() + b"\n")
-            r = json.loads(f.readline())
-            assert "return" in r, r
-            return r["return"]
-
-        for _ in range(3):
-            call("guest-ping")
-        call("guest-info")
-        h = call("guest-file-open", {"path": data, "mode": "r"})
-        while not call("guest-file-read", {"handle": h, "count": 48 << 20})["eof"]:
-            pass
-        call("guest-file-close", {"handle": h})
-        s.close()
-        time.sleep(1)
+        if client:
+            requests(sock_path, data)
         proc.send_signal(signal.SIGTERM)
         if proc.wait(120) != 0:
             sys.exit("guestlinkd did not exit cleanly under valgrind")
     return out
+
+
+def requests(sock_path, data):
+    """A client's common requests: sync, ping, info, a file read."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock_path)
+    f = s.makefile("rb")
+    s.sendall(b"\xff" + json.dumps({"execute": "guest-sync-delimited", "arguments": {"id": 7}}).encode() + b"\n")
+    while f.read(1) != b"\xff":
+        pass
+    assert json.loads(f.readline()) == {"return": 7}
+
+    def call(execute, arguments=None):
+        req = {"execute": execute} if arguments is None else {"execute": execute, "arguments": arguments}
+        s.sendall(json.dumps(req).encode() + b"\n")
+        r = json.loads(f.readline())
+        assert "return" in r, r
+        return r["return"]
+
+    for _ in range(3):
+        call("guest-ping")
+    call("guest-info")
+    h = call("guest-file-open", {"path": data, "mode": "r"})
+    while not call("guest-file-read", {"handle": h, "count": 48 << 20})["eof"]:
+        pass
+    call("guest-file-close", {"handle": h})
+    s.close()
+    time.sleep(1)
 
 
 def functions(callgrind_out, binary):
@@ -99,7 +106,8 @@ def functions(callgrind_out, binary):
         if line.startswith("ob="):
             ob = os.path.realpath(line[3:].strip())
         elif line.startswith("fn="):
-            fn = line[3:].strip() if ob == target else None
+            # "'2" marks a recursion level (the same function)
+            fn = line[3:].strip().split("'")[0] if ob == target else None
             if fn is not None:
                 cost[fn] += 0
         elif line.startswith("calls="):
@@ -117,11 +125,15 @@ def main():
     if b".symtab" not in subprocess.run(["readelf", "-S", binary], capture_output=True, check=True).stdout:
         sys.exit(f"{binary} has no symbols: build it with strip=false (see this script's doc)")
     with tempfile.TemporaryDirectory() as d:
-        names = functions(drive(binary, os.path.join(d, "callgrind.out")), binary)
-    if len(names) < 100:
+        # Start-up (and exit) alone first: it is all an idle daemon has touched; then what requests add.
+        start = functions(drive(binary, os.path.join(d, "start.out"), client=False), binary)
+        more = functions(drive(binary, os.path.join(d, "requests.out"), client=True), binary)
+    seen = set(start)
+    names = start + [n for n in more if n not in seen]
+    if len(start) < 100:
         sys.exit(f"only {len(names)} functions found: is {binary} the binary that ran?")
     OUT.write_text(HEADER + "".join(n + "\n" for n in names))
-    print(f"{OUT}: {len(names)} functions", file=sys.stderr)
+    print(f"{OUT}: {len(names)} functions, {len(start)} of them run by start-up alone", file=sys.stderr)
 
 
 if __name__ == "__main__":
