@@ -19,7 +19,7 @@ Each phase runs --reps times per agent (agents interleaved) and medians are repo
 
     cargo build --release -p guestlink-daemon
     .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd] [--idle-secs 10]
-        [--phases ping,read-4K,read-1M,read-48M,read-48M-pinned,idle]
+        [--phases ping,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
 
 `GUESTLINKD=/path` overrides the binary (default: target/release/guestlinkd, built when missing or stale).
 """
@@ -158,6 +158,19 @@ class Agent:
             out[k] = int(v.split()[0])
         return out
 
+    def smaps_by_mapping(self):
+        """kB of Rss per mapped file (and [heap], [stack], anonymous), largest first."""
+        out, name = {}, None
+        for line in Path(f"/proc/{self.proc.pid}/smaps").read_text().splitlines():
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                name = os.path.basename(head[5]) if len(head) > 5 else "[anonymous]"
+                if len(head) > 5:
+                    name += f" ({head[1]})"
+            elif head[0] == "Rss:":
+                out[name] = out.get(name, 0) + int(head[1])
+        return dict(sorted(((k, v) for k, v in out.items() if v), key=lambda kv: -kv[1]))
+
     def stop(self):
         if self.rfile is not None:
             self.rfile.close()
@@ -207,8 +220,8 @@ def phase_read(agent, path, count, digest):
     return {"mb_s": FILE_SIZE / 1e6 / wall}
 
 
-def phase_idle(kind, binary, secs):
-    """Starts the agent, never connects, reads its memory `secs` after the start."""
+def phase_idle(kind, binary, secs, smaps=False):
+    """Starts the agent, never connects, reads its memory `secs` after the start (with `smaps`, per mapping)."""
     agent = Agent(kind, binary, connect=False)
     try:
         deadline = time.monotonic() + 10
@@ -221,6 +234,8 @@ def phase_idle(kind, binary, secs):
         res = {"idle_rss_kb": agent.status("VmRSS"), "idle_anon_kb": roll.get("Anonymous", 0),
                "idle_file_kb": roll.get("Rss", 0) - roll.get("Anonymous", 0), "threads": agent.status("Threads"),
                "cpu_s": agent.cpu_seconds()}
+        if smaps:
+            res["smaps_kb"] = agent.smaps_by_mapping()
     finally:
         res["exit"] = agent.stop()
     return res
@@ -249,6 +264,7 @@ def main():
     ap.add_argument("--agents", default="qemu-ga,guestlinkd")
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--idle-secs", type=float, default=10.0, help="idle phase: read VmRSS this long after start")
+    ap.add_argument("--smaps", action="store_true", help="idle phase: also print Rss per mapping (/proc/PID/smaps)")
     ap.add_argument("--phases", help="comma-separated subset of: ping,read-4K,read-1M,read-48M,read-48M-pinned,idle")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
@@ -277,7 +293,7 @@ def main():
             for pname, fn in phases:
                 for kind in kinds:
                     if pname == "idle":
-                        res = phase_idle(kind, binaries[kind], args.idle_secs)
+                        res = phase_idle(kind, binaries[kind], args.idle_secs, args.smaps)
                     else:
                         res = run_phase(kind, binaries[kind], pname, fn, pin=pname.endswith("-pinned"))
                     raw[kind][pname].append(res)

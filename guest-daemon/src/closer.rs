@@ -40,8 +40,8 @@ enum Closing {
 static QUEUE_TX: OnceLock<Option<SyncSender<Closing>>> = OnceLock::new();
 static FULL_WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Starts the closer threads (done at start-up, so they exist before any descriptor pressure; later calls, and
-/// the first use, are no-ops once started).
+/// Starts the closer threads (done at start-up when the SPICE side runs, so they exist before any descriptor
+/// pressure; later calls, and the first use, are no-ops once started).
 pub fn start() {
     let _ = sender();
 }

@@ -2,9 +2,9 @@
 //! protocol) with freeze safety: an auto-thaw watchdog, hook timeouts, thaw on SIGTERM, no disk writes while frozen.
 //!
 //! This file is wiring only. Start-up: command line → configuration (→ `-D`/`-V`/`-b help` exit here) → frozen
-//! marker check → daemonize → logging → descriptor limit, closer threads, SPICE thread ([`runtimes`]) → QGA
-//! runtime → freezer, command handlers, dispatcher → the QGA loop ([`qga_loop`]: transport, sd_notify READY=1,
-//! dispatch; SIGTERM/SIGINT thaw and exit 0).
+//! marker check → daemonize → logging → descriptor limit → with `--spice-path` only: closer threads and SPICE
+//! thread ([`runtimes`]) → QGA runtime → freezer (its watchdog thread), command handlers, dispatcher → the QGA loop
+//! ([`qga_loop`]: transport, sd_notify READY=1, dispatch; SIGTERM/SIGINT thaw and exit 0).
 #![deny(unsafe_code)]
 
 mod cli;
@@ -114,7 +114,10 @@ fn start(cfg: Config, spice: Option<spice::SpiceOptions>) -> Result<()> {
         Ok(n) => tracing::debug!("descriptor limit: {n}"),
         Err(e) => tracing::warn!("cannot raise the descriptor limit: {e}"),
     }
-    closer::start();
+    // Only the SPICE side closes through the closer: without it (a server guest) its threads are not started.
+    if spice.is_some() {
+        closer::start();
+    }
     let spice = spice.map(runtimes::spawn_spice).transpose()?;
     let rt = runtimes::qga_runtime()?;
     let r = rt.block_on(run(cfg, statedir, deferred_pidfile, spice));

@@ -4,7 +4,8 @@
 //! - the SPICE side (when `--spice-path` is given): its own OS thread with its own current-thread runtime (and
 //!   blocking pool), so its session socket — open to every local user — shares nothing with the QGA side;
 //! - the freeze watchdog: its own OS thread ([`crate::freeze::watchdog`]);
-//! - the closer threads ([`crate::closer`]): closes of descriptors passed in by local users.
+//! - the closer threads ([`crate::closer`]): closes of descriptors passed in by local users (started only with the
+//!   SPICE side, the only caller).
 //!
 //! A fatal error of the SPICE side is logged and leaves the QGA side running; a missing or failing QGA channel
 //! leaves the SPICE side running (the QGA side keeps retrying its channel).
