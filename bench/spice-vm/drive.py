@@ -50,12 +50,12 @@ class Control:
                     raise
                 time.sleep(0.5)
         self.buf = b""
-        # The guest's service starts when udev sees the port: poll until it answers.
-        self.s.settimeout(2)
+        # The guest's service starts when udev sees the port; QEMU holds what we send until the guest opens it.
+        # Probe rarely: every unanswered probe is answered later, and under TCG each takes seconds.
         while True:
             try:
                 self.s.sendall(b"echo ready\n")
-                if "ready" in self.reply(2):
+                if "ready" in self.reply(30):
                     break
             except (TimeoutError, socket.timeout):
                 pass
@@ -88,6 +88,20 @@ class Control:
         if rc != 0:
             raise RuntimeError(f"guest command failed ({rc}): {text}")
         return text
+
+    def poll(self):
+        """Whether the answer to the last command is in (then consumed); raises if the command failed."""
+        self.s.setblocking(False)
+        try:
+            self.buf += self.s.recv(65536)
+        except BlockingIOError:
+            pass
+        finally:
+            self.s.setblocking(True)
+        if b"@@RC=" in self.buf and b"\n" in self.buf.split(b"@@RC=", 1)[1]:
+            self.reply()
+            return True
+        return False
 
     def run(self, cmd, timeout=STEP_TIMEOUT):
         self.send(cmd)
@@ -122,18 +136,29 @@ class Bench:
 
     def step_clip_h2g(self, stack, path):
         self.start(stack)
-        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT}")
+        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT // 2}")
         time.sleep(0.3)  # the waiter is polling before the host sets the clipboard
+        def offer():
+            return subprocess.Popen([*self.cli, "clipboard", "set", "--file", path, "--type", "text", "--loops", "1",
+                                     "--serve-timeout", str(STEP_TIMEOUT)],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
         t0 = time.perf_counter()
-        setter = subprocess.Popen([*self.cli, "clipboard", "set", "--file", path, "--type", "text", "--loops", "1",
-                                   "--serve-timeout", str(STEP_TIMEOUT)],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        setter, offers = offer(), 1
         try:
-            self.ctl.reply()
+            while not self.ctl.poll():
+                if setter.poll() not in (None, 0):
+                    # The offer did not reach the agent (it did not answer this client in time): offer again, as
+                    # tests/debian-guest/check.py does; the clock keeps running from the first offer.
+                    log(f"  {stack}: clipboard set exit {setter.returncode}: {setter.stderr.read()[-200:]!r}; again")
+                    setter, offers = offer(), offers + 1
+                time.sleep(0.005)
             t = time.perf_counter() - t0
         except Exception:
             setter.kill()
             raise
+        if offers > 1:
+            log(f"  {stack}: {offers} offers")
         try:
             setter.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -213,26 +238,12 @@ class SpiceBench(Bench):
     def start(self, stack, clip=0):
         # The agent's (re)start is seen by spice-server: wait until the client sees it disconnected and back.
         self.ctl.send("glstack stop")
-        self.pump("control reply", lambda: self._ctl_ready())
+        self.pump("control reply", lambda: self.ctl.poll())
         self.pump("agent gone", lambda: not self.main.props.agent_connected, 60)
         self.ctl.send(f"glstack start {stack}" + (f" {clip}" if clip and stack.startswith("null") else ""))
-        self.pump("control reply", lambda: self._ctl_ready())
+        self.pump("control reply", lambda: self.ctl.poll())
         self.pump("agent-connected", lambda: self.main.props.agent_connected, 60)
         self.guest_grab = self.guest_data = None
-
-    def _ctl_ready(self):
-        """Whether the control port's answer is in; raises if the command failed (non-blocking)."""
-        self.ctl.s.setblocking(False)
-        try:
-            self.ctl.buf += self.ctl.s.recv(65536)
-        except BlockingIOError:
-            pass
-        finally:
-            self.ctl.s.setblocking(True)
-        if b"@@RC=" in self.ctl.buf and b"\n" in self.ctl.buf.split(b"@@RC=", 1)[1]:
-            self.ctl.reply()
-            return True
-        return False
 
     def step_file(self, stack, path, want):
         self.start(stack)
@@ -263,18 +274,18 @@ class SpiceBench(Bench):
         self.start(stack)
         with open(path, "rb") as f:
             self.host_clip = f.read()
-        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT}")
+        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT // 2}")
         time.sleep(0.3)
         t0 = time.perf_counter()
         self.main.clipboard_selection_grab(0, [1])  # CLIPBOARD, UTF8_TEXT
-        self.pump("the guest's paste", self._ctl_ready)
+        self.pump("the guest's paste", self.ctl.poll)
         return time.perf_counter() - t0
 
     def step_clip_g2h(self, stack):
         self.start(stack, CLIP)
         if not stack.startswith("null"):
             self.ctl.send(f"glstack copy {CLIP}")
-            self.pump("control reply", self._ctl_ready)
+            self.pump("control reply", self.ctl.poll)
         self.pump("the guest's clipboard grab", lambda: self.guest_grab is not None, 120)
         t0 = time.perf_counter()
         self.main.clipboard_selection_request(0, 1)
@@ -324,12 +335,20 @@ def main():
         order = stacks[rep % len(stacks):] + stacks[:rep % len(stacks)]
         for stack in order:
             for step in steps:
-                if step == "file":
-                    t = b.step_file(stack, fpath, fsha)
-                elif step == "clip-h2g":
-                    t = b.step_clip_h2g(stack, cpath)
-                else:
-                    t = b.step_clip_g2h(stack)
+                try:
+                    if step == "file":
+                        t = b.step_file(stack, fpath, fsha)
+                    elif step == "clip-h2g":
+                        t = b.step_clip_h2g(stack, cpath)
+                    else:
+                        t = b.step_clip_g2h(stack)
+                except Exception as e:
+                    log(f"rep {rep + 1} {stack} {step} FAILED: {e}")
+                    try:
+                        log("guest logs:\n" + b.ctl.run("glstack logs", 120))
+                    except Exception as e2:
+                        log(f"(no guest logs: {e2})")
+                    raise
                 res[stack][step].append(t)
                 extra = f" = {FILE / t / 2**20:.1f} MiB/s" if step == "file" else ""
                 log(f"rep {rep + 1} {stack:9} {step:8} {t:7.3f} s{extra}")
