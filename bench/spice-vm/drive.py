@@ -113,7 +113,7 @@ class Bench:
 
     def __init__(self, a):
         self.a, self.ctl = a, None
-        self.cli = [a.guestlink, "--spice-socket", a.spice, "-q"]
+        self.cli = [a.guestlink, "--spice-socket", a.spice, "-q"]  # a.guestlink: set by install_bins
 
     def start(self, stack, clip=0):
         self.ctl.run(f"glstack start {stack}" + (f" {clip}" if clip and stack.startswith("null") else ""))
@@ -296,6 +296,32 @@ class SpiceBench(Bench):
         return t
 
 
+def install_bins(a, ctl):
+    """Copies the binaries (once all are there and none changed for 10 s: a build may still be writing them) to a
+    staging dir, makes an ext4 of them in the guest's second disk, and has the guest install them."""
+    names = ["guestlinkd", "guestlink-session", "guestlink"]
+    paths = [os.path.join(a.bins, n) for n in names]
+    end = time.monotonic() + a.wait_bins
+    while not all(os.access(p, os.X_OK) for p in paths) or \
+            max(os.stat(p).st_mtime for p in paths) > time.time() - 10:
+        if time.monotonic() > end:
+            raise RuntimeError(f"binaries missing in {a.bins}: {names}")
+        time.sleep(5)
+    stage = os.path.join(a.work, "bins")
+    os.makedirs(stage, exist_ok=True)
+    for p in paths + [a.null_agent]:
+        subprocess.run(["cp", p, stage], check=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run(["cp", os.path.join(here, "..", "spice", "null-agent"), os.path.join(stage, "null-agent.py")],
+                   check=True)
+    a.guestlink = os.path.join(stage, "guestlink")
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", stage, a.bins_img], check=True)
+    got = ctl.run("glstack install", 300)
+    log("installed in the guest:\n" + got)
+    for p in paths:
+        log(f"host: {subprocess.run(['sha256sum', p], capture_output=True, text=True).stdout.strip()}")
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -306,7 +332,10 @@ def main():
     ap.add_argument("--spice", required=True,
                     help="socket: the unix socket of QEMU's com.redhat.spice.0 chardev; spicevmc: spice://HOST?port=N")
     ap.add_argument("--control", required=True)
-    ap.add_argument("--guestlink", required=True, help="the host CLI")
+    ap.add_argument("--bins", required=True, help="guestlinkd, guestlink-session (for the guest), guestlink (host CLI)")
+    ap.add_argument("--wait-bins", type=float, default=0, help="wait this long for the binaries to appear")
+    ap.add_argument("--bins-img", required=True, help="the guest's second disk: an ext4 of the binaries is made here")
+    ap.add_argument("--null-agent", required=True, help="the native null agent (built by run)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--stacks", default="guestlink,vdagent,null")
@@ -326,6 +355,7 @@ def main():
     log("waiting for the guest (boot under TCG)")
     t_boot = time.monotonic()
     ctl = Control(a.control, 900)
+    install_bins(a, ctl)
     b = Bench(a) if a.transport == "socket" else SpiceBench(a)
     b.ctl = ctl
     log(f"guest up after {time.monotonic() - t_boot:.0f}s")
