@@ -38,7 +38,8 @@ const UTF8_TEXT: u32 = 1;
 const HEAD_MAX: usize = 64 * 1024;
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap()))
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap()))
 }
 
 struct Agent<W: Write> {
@@ -66,7 +67,11 @@ impl<W: Write> Agent<W> {
     }
 
     fn sel(&self) -> &'static [u8] {
-        if self.peer_caps & (1 << CAP_SELECTION) != 0 { &[0, 0, 0, 0] } else { &[] }
+        if self.peer_caps & (1 << CAP_SELECTION) != 0 {
+            &[0, 0, 0, 0]
+        } else {
+            &[]
+        }
     }
 
     fn send(&mut self, mtype: u32, parts: &[&[u8]]) -> std::io::Result<()> {
@@ -228,7 +233,11 @@ fn main() {
         (None, _) => None,
         _ => panic!("{usage}"),
     };
-    let mut port = OpenOptions::new().read(true).write(true).open(path).expect("open the port");
+    let mut port = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open the port");
     let writer = port.try_clone().expect("dup the port");
     let mut agent = Agent {
         port: writer,
