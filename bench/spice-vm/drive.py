@@ -29,6 +29,7 @@ import time
 FILE = 64 << 20
 CLIP = 16 << 20
 STEP_TIMEOUT = 600
+PASTE_TIMEOUT = 150  # the guest's wait for a host->guest paste
 
 
 def log(msg):
@@ -136,7 +137,7 @@ class Bench:
 
     def step_clip_h2g(self, stack, path):
         self.start(stack)
-        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT // 2}")
+        self.ctl.send(f"glstack paste-wait {CLIP} {PASTE_TIMEOUT}")
         time.sleep(0.3)  # the waiter is polling before the host sets the clipboard
         def offer():
             return subprocess.Popen([*self.cli, "clipboard", "set", "--file", path, "--type", "text", "--loops", "1",
@@ -274,7 +275,7 @@ class SpiceBench(Bench):
         self.start(stack)
         with open(path, "rb") as f:
             self.host_clip = f.read()
-        self.ctl.send(f"glstack paste-wait {CLIP} {STEP_TIMEOUT // 2}")
+        self.ctl.send(f"glstack paste-wait {CLIP} {PASTE_TIMEOUT}")
         time.sleep(0.3)
         t0 = time.perf_counter()
         self.main.clipboard_selection_grab(0, [1])  # CLIPBOARD, UTF8_TEXT
@@ -360,6 +361,7 @@ def main():
     b.ctl = ctl
     log(f"guest up after {time.monotonic() - t_boot:.0f}s")
     res = {s: {st: [] for st in steps} for s in stacks}
+    failed = {s: {st: 0 for st in steps} for s in stacks}
     loads = []
     for rep in range(a.reps):
         order = stacks[rep % len(stacks):] + stacks[:rep % len(stacks)]
@@ -373,12 +375,15 @@ def main():
                     else:
                         t = b.step_clip_g2h(stack)
                 except Exception as e:
+                    # Recorded and counted; the run goes on with the next step.
                     log(f"rep {rep + 1} {stack} {step} FAILED: {e}")
+                    failed[stack][step] += 1
                     try:
                         log("guest logs:\n" + b.ctl.run("glstack logs", 120))
                     except Exception as e2:
                         log(f"(no guest logs: {e2})")
-                    raise
+                        raise
+                    continue
                 res[stack][step].append(t)
                 extra = f" = {FILE / t / 2**20:.1f} MiB/s" if step == "file" else ""
                 log(f"rep {rep + 1} {stack:9} {step:8} {t:7.3f} s{extra}")
@@ -396,6 +401,9 @@ def main():
             m = med(res[s][st])
             row += f"{m:9.3f} ({FILE / m / 2**20:4.1f})" if st == "file" else f"{m:16.3f}"
         print(f"{s:10}{row}")
+        bad = {st: n for st, n in failed[s].items() if n}
+        if bad:
+            print(f"{'':10}failed steps: {bad}")
     print("\ntargets (issue #17)")
     g = res.get("guestlink")
     if g:
@@ -410,7 +418,7 @@ def main():
             print(f"  {text}: {r:.2f}x {'met' if ok else 'NOT met'}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"results": res, "loads": loads, "reps": a.reps, "transport": a.transport}, f, indent=1)
+            json.dump({"results": res, "failed": failed, "loads": loads, "reps": a.reps, "transport": a.transport}, f, indent=1)
 
 
 if __name__ == "__main__":
