@@ -5,7 +5,6 @@
 //! marker check → daemonize → logging → descriptor limit → with `--spice-path` only: closer threads and SPICE
 //! thread ([`runtimes`]) → QGA runtime → freezer (its watchdog thread), command handlers, dispatcher → the QGA loop
 //! ([`qga_loop`]: transport, sd_notify READY=1, dispatch; SIGTERM/SIGINT thaw and exit 0).
-#![deny(unsafe_code)]
 
 mod cli;
 mod closer;

@@ -1,6 +1,6 @@
 //! The only module of guestlinkd with `unsafe`: raw ioctls, `fork`, and adopting inherited file descriptors.
 //!
-//! Everything here is a thin, documented wrapper so the rest of the daemon stays `#![deny(unsafe_code)]`.
+//! Everything here is a thin, documented wrapper; the workspace lints deny `unsafe_code` everywhere else.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

@@ -1,7 +1,6 @@
 //! guestlink-session: the per-user desktop agent. It connects to guestlinkd's session socket and does, for the
 //! desktop session it runs in, what the host asks: clipboard both ways, resize from monitors configs, and saving
 //! received files in the download directory.
-#![forbid(unsafe_code)]
 
 mod audio;
 mod backend;

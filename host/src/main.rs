@@ -1,6 +1,5 @@
 //! guestlink: host CLI for QEMU guest agents (guestlinkd or qemu-ga) and SPICE agents. This file is the entry
 //! point: parse, log setup, run the subcommand ([`cli`]), map the library's error to the exit status.
-#![forbid(unsafe_code)]
 
 mod cli;
 

@@ -2,7 +2,6 @@
 //!
 //! Nothing in this crate performs I/O: it turns bytes into typed values and back, and keeps the state machines
 //! (stream framing, chunk reassembly) that the transports feed. Every length read from the wire is bounded.
-#![forbid(unsafe_code)]
 
 mod growth;
 pub mod keyfile;

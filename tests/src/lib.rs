@@ -9,7 +9,6 @@
 //! | [`vm`] | the QEMU micro-VM (`tests/vm/`) |
 //! | [`session`], [`x11`], [`wayland`] | guestlink-session against Xvfb/Xorg or a headless compositor |
 //! | [`spice`] | SPICE end-to-end: relay, host/agent peers, fake login1 |
-#![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod bins;

@@ -15,7 +15,6 @@
 //! Takes about 4–7 min warm and 8–12 min cold (release build and debootstrap) on 2 cores.
 //!
 //! Run: `cargo test -p guestlink-tests --test debian_guest -- --nocapture`
-#![forbid(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

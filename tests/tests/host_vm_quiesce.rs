@@ -4,7 +4,6 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test host_vm_quiesce` (skips loudly without QEMU/kernel/busybox unless
 //! `GUESTLINK_REQUIRE_VM=1`; `GUESTLINK_VM_AGENT=qemu-ga` runs it against Debian's qemu-ga in the guest).
-#![forbid(unsafe_code)]
 
 use guestlink_tests::vm as harness;
 

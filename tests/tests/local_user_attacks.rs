@@ -12,7 +12,6 @@
 //!
 //! The tests need root (to create the attackers); without root they skip loudly, and fail under
 //! `GUESTLINK_REQUIRE_PEERS=1`.
-#![forbid(unsafe_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

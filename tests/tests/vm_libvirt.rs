@@ -8,7 +8,6 @@
 //! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
 //! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
 //! `GUESTLINK_REQUIRE_LIBVIRT=1` or `GUESTLINK_REQUIRE_VM=1` (opt out with `GUESTLINK_REQUIRE_LIBVIRT=0`).
-#![forbid(unsafe_code)]
 
 use guestlink_tests::vm as harness;
 

@@ -7,7 +7,6 @@
 //! (guestlinkd-only steps are skipped then). `vm_fs_lists_match_qemu_ga` boots one more VM per agent and compares
 //! guest-get-fsinfo and guest-fstrim of guestlinkd with Debian's qemu-ga on the same guest (with its bind mount
 //! `/mnt/bind`). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
-#![forbid(unsafe_code)]
 
 use guestlink_tests::vm as harness;
 

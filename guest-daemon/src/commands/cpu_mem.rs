@@ -1,6 +1,5 @@
 //! CPU and memory: guest-get/set-vcpus, guest-get/set-memory-blocks, guest-get-memory-block-info,
 //! guest-get-cpustats, guest-get-diskstats — sysfs/procfs readers with qemu-ga's field rules and error texts.
-#![forbid(unsafe_code)]
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;

@@ -3,7 +3,6 @@
 //!
 //! The texts follow qemu-ga: `error_setg_errno()` appends `": <strerror>"`, `QERR_QGA_COMMAND_FAILED` wraps the
 //! message in "Guest agent command failed, error was '...'", and argument checks use the QAPI visitor texts.
-#![forbid(unsafe_code)]
 
 use std::io;
 

@@ -6,7 +6,6 @@
 //! capped, finished records nobody collects expire after `expire_after`, and once a host streams with
 //! `guestlink-exec-read` the retained window is bounded by back-pressure instead of truncation (consumed bytes are
 //! dropped, the child waits while the window is full).
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;

@@ -2,7 +2,6 @@
 //! the read/write/seek/flush semantics of qemu-ga (stdio-like, but unbuffered: every call goes straight to the fd).
 //!
 //! Reads are done by [`super::file_read`].
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions, Permissions};

@@ -5,7 +5,6 @@
 //! allocation when the core writes the reply as a streamed reply ([`FileRead::reply_parts`] +
 //! [`FileRead::b64_chunks`], ≈ 1 × count); [`FileRead::into_value`] (used for small answers, inlined whole) is
 //! raw→base64 once, then the encoder's copy.
-#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};

@@ -2,7 +2,6 @@
 //! sizes, and disk addresses from /sys/dev/block (PCI virtio-blk / virtio-scsi / IDE / SATA / NVMe / USB, CCW,
 //! device-mapper slaves). udev properties (devnode, ID_SERIAL) come from sysfs uevent files and the udev database
 //! instead of libudev. The list is in reverse mount order, like qemu-ga.
-#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

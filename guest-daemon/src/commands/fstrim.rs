@@ -1,5 +1,4 @@
 //! guest-fstrim: FITRIM on every block-backed mount (reverse mount order), with qemu-ga's per-path results.
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 

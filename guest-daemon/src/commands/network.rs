@@ -1,6 +1,5 @@
 //! guest-network-get-interfaces (getifaddrs via nix, MAC from sysfs, counters from /proc/net/dev like qemu-ga)
 //! and guest-network-get-route (/proc/net/route and /proc/net/ipv6_route).
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;

@@ -1,6 +1,5 @@
 //! guest-get-osinfo: uname plus os-release, parsed like qemu-ga (a GLib key-file with one implicit group, then
 //! qemu-ga's shell-style unquoting of double-quoted values). `QGA_OS_RELEASE` overrides the file, as in qemu-ga.
-#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::path::Path;

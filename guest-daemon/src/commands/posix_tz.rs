@@ -1,6 +1,5 @@
 //! POSIX TZ strings (`CET-1CEST,M3.5.0,M10.5.0/3`): the footer of TZif files and the `TZ` variable. Evaluates the
 //! offset and abbreviation in effect at a UTC instant, DST rules included (`Jn`, `n`, `Mm.w.d`, optional `/time`).
-#![forbid(unsafe_code)]
 
 struct Cursor<'a> {
     s: &'a str,

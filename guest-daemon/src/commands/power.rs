@@ -2,7 +2,6 @@
 //!
 //! These only ever run for real inside the micro-VM; the unit tests check the argument validation and the command
 //! lines with fake helper programs.
-#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

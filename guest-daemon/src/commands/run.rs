@@ -1,6 +1,5 @@
 //! Running helper programs like qemu-ga's `ga_run_command`: optional stdin text, stdout+stderr captured into one
 //! message, and qemu-ga's error texts ("child process has failed to ACTION: OUTPUT").
-#![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::process::Stdio;

@@ -2,7 +2,6 @@
 //!
 //! `~/.ssh` is created 0700 and `authorized_keys` is written 0600, both owned by the user. Unlike qemu-ga the file
 //! gets its owner and mode *before* it is renamed into place (no window where root owns it or it is too open).
-#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
