@@ -305,8 +305,9 @@ def main():
     if "/guestlink-session-auto-" not in out:
         fail("guestlink-session was not started by the agent launcher (not in a guestlink-session-auto-* unit)")
     rc, out, _ = q.exec(["/bin/journalctl", "-o", "cat", "--no-pager", "-u", "guestlink-spice.service", "-u",
-                         "guestlink-agent-launch@*.service", "-g", "launcher|agent"])
-    log("guestlink-spice / launcher journal:\n  " + "\n  ".join(out.strip().splitlines()[-8:]))
+                         "guestlink-agent-launch@*.service"])
+    lines = [x for x in out.splitlines() if "launch" in x or "agent" in x]
+    log("guestlink-spice / launcher journal:\n  " + "\n  ".join(lines[-8:]))
     if "ok: started guestlink-session-auto-" not in out:
         fail("no successful launch in guestlink-spice's journal")
     log("ok the agent was started by guestlink-spice's launcher, in the user's service manager")

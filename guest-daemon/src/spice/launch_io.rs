@@ -19,8 +19,9 @@ use super::launch::{LaunchPlan, LaunchPolicy};
 use super::log_limit::log_limited;
 use super::logind::ActiveSession;
 
-/// A request that takes longer than this counts as failed (the launcher waits for the user manager).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request that takes longer than this counts as failed (the launcher waits up to 30 s for the user manager;
+/// a loaded guest is slow to start processes). The launch itself may still succeed after it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest answer line read from the launcher.
 const MAX_ANSWER: u64 = 1024;
 
@@ -111,9 +112,9 @@ async fn request(socket: &std::path::Path, session: &str, last: bool) {
         Err(_) => "error: no answer in time".into(),
     };
     if outcome.starts_with("ok") {
-        tracing::info!(session, answer = %outcome, "launcher");
+        tracing::info!(session, "launcher: {outcome}");
     } else {
-        log_limited!(warn, session, answer = %outcome, "launcher: no agent started");
+        log_limited!(warn, session, "launcher: no agent started: {outcome}");
     }
     if last {
         tracing::warn!(
