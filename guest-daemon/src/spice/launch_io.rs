@@ -133,5 +133,9 @@ async fn exchange(socket: &std::path::Path, session: &str) -> std::io::Result<St
     BufReader::new(s.take(MAX_ANSWER))
         .read_line(&mut line)
         .await?;
-    Ok(line.trim_end().chars().filter(|c| !c.is_control()).collect())
+    Ok(line
+        .trim_end()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect())
 }
