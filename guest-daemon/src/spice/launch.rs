@@ -12,6 +12,8 @@
 //! - after a launch, the next one for the same session waits [`LaunchPolicy::backoff`] × 2^(launches−1)
 //!   (capped at [`LaunchPolicy::max_backoff`]), whatever happened in between (an agent that starts and
 //!   crashes is not restarted in a tight loop), and after [`LaunchPolicy::max_launches`] the session gets no more;
+//!   after a launch the launcher reported as started, at least [`LaunchPolicy::settle`] (an agent on a slow,
+//!   loaded guest may take that long to connect);
 //! - at most one launch is in flight at a time.
 
 use std::collections::HashMap;
@@ -30,6 +32,8 @@ pub struct LaunchPolicy {
     pub max_backoff: Duration,
     /// Launches per session, at most.
     pub max_launches: u32,
+    /// After a launch reported as started, how long the agent has to connect before the next one.
+    pub settle: Duration,
 }
 
 impl Default for LaunchPolicy {
@@ -39,6 +43,7 @@ impl Default for LaunchPolicy {
             backoff: Duration::from_secs(30),
             max_backoff: Duration::from_secs(600),
             max_launches: 5,
+            settle: Duration::from_secs(120),
         }
     }
 }
@@ -171,10 +176,17 @@ impl LaunchPlan {
         Some(s)
     }
 
-    /// The launch for `session` finished (successfully or not: the back-off applies either way).
-    pub fn launch_done(&mut self, session: &str) {
+    /// The launch for `session` finished at `now`; `started`: the launcher reported the agent started (then the
+    /// agent gets [`LaunchPolicy::settle`] to connect). The back-off applies either way.
+    pub fn launch_done(&mut self, session: &str, started: bool, now: Instant) {
         if self.in_flight.as_deref() == Some(session) {
             self.in_flight = None;
+        }
+        if started {
+            let settle = now + self.policy.settle;
+            if let Some(r) = self.records.get_mut(session) {
+                r.next_at = r.next_at.max(settle);
+            }
         }
     }
 
@@ -237,7 +249,7 @@ mod tests {
         assert_eq!(p.next_check(), None);
         assert_eq!(p.due(t0 + 3600 * S), None);
         p.agent_connected(7, "2");
-        p.launch_done("2");
+        p.launch_done("2", true, t0 + 6 * S);
         assert_eq!(p.due(t0 + 3600 * S), None, "the launched agent serves it");
         assert_eq!(p.launches("2"), 1);
     }
@@ -258,7 +270,7 @@ mod tests {
         p.set_served(Some("3"), t0 + 4 * S);
         assert_eq!(p.due(t0 + 5 * S), None, "session 2 is no longer served");
         assert_eq!(p.due(t0 + 9 * S).as_deref(), Some("3"));
-        p.launch_done("3");
+        p.launch_done("3", false, t0 + 10 * S);
         // Back to 2 after a long time: its own grace period, from the switch.
         p.set_served(Some("2"), t0 + 100 * S);
         assert_eq!(p.due(t0 + 104 * S), None);
@@ -272,7 +284,7 @@ mod tests {
         let mut t = t0 + 5 * S;
         let mut waits = Vec::new();
         while let Some(s) = p.due(t) {
-            p.launch_done(&s);
+            p.launch_done(&s, false, t);
             let next = p.next_check();
             if let Some(n) = next {
                 assert_eq!(p.due(n - S), None, "not before its back-off");
@@ -293,18 +305,30 @@ mod tests {
         let (mut p, t0) = plan();
         p.set_served(Some("2"), t0);
         assert_eq!(p.due(t0 + 5 * S).as_deref(), Some("2"));
-        p.launch_done("2");
+        p.launch_done("2", false, t0 + 5 * S);
         p.agent_connected(1, "2");
         // The agent crashes at once: the back-off (30 s after the launch) still holds.
         p.agent_gone(1, t0 + 6 * S);
         assert_eq!(p.due(t0 + 34 * S), None);
         assert_eq!(p.due(t0 + 35 * S).as_deref(), Some("2"));
-        p.launch_done("2");
+        p.launch_done("2", false, t0 + 35 * S);
         p.agent_connected(2, "2");
         // It leaves much later: only the grace period.
         p.agent_gone(2, t0 + 1000 * S);
         assert_eq!(p.due(t0 + 1004 * S), None);
         assert_eq!(p.due(t0 + 1005 * S).as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_started_agent_gets_time_to_connect() {
+        let (mut p, t0) = plan();
+        p.set_served(Some("2"), t0);
+        assert_eq!(p.due(t0 + 5 * S).as_deref(), Some("2"));
+        // Started, but its agent is slow to connect: no second launch before the settle time.
+        p.launch_done("2", true, t0 + 8 * S);
+        assert_eq!(p.next_check(), Some(t0 + 128 * S));
+        assert_eq!(p.due(t0 + 127 * S), None);
+        assert_eq!(p.due(t0 + 128 * S).as_deref(), Some("2"));
     }
 
     #[test]

@@ -55,7 +55,7 @@ async fn follow(
     core: mpsc::Sender<Event>,
 ) {
     let mut plan = LaunchPlan::new(LaunchPolicy::default());
-    let (done_tx, mut done_rx) = mpsc::channel::<String>(1);
+    let (done_tx, mut done_rx) = mpsc::channel::<(String, bool)>(1);
     let current = served.borrow_and_update().as_ref().map(|a| a.id.clone());
     plan.set_served(current.as_deref(), Instant::now());
     loop {
@@ -84,14 +84,14 @@ async fn follow(
                 let s = served.borrow_and_update().as_ref().map(|a| a.id.clone());
                 plan.set_served(s.as_deref(), Instant::now());
             }
-            Some(s) = done_rx.recv() => plan.launch_done(&s),
+            Some((s, started)) = done_rx.recv() => plan.launch_done(&s, started, Instant::now()),
             _ = sleep_until(plan.next_check()) => {
                 if let Some(session) = plan.due(Instant::now()) {
                     let last = plan.gave_up(&session);
                     let (socket, done) = (socket.clone(), done_tx.clone());
                     tokio::spawn(async move {
-                        request(&socket, &session, last).await;
-                        let _ = done.send(session).await;
+                        let started = request(&socket, &session, last).await;
+                        let _ = done.send((session, started)).await;
                     });
                 }
             }
@@ -99,8 +99,8 @@ async fn follow(
     }
 }
 
-/// Asks the launcher for an agent in `session` and logs the outcome.
-async fn request(socket: &std::path::Path, session: &str, last: bool) {
+/// Asks the launcher for an agent in `session` and logs the outcome; true if it reports the agent started.
+async fn request(socket: &std::path::Path, session: &str, last: bool) -> bool {
     tracing::info!(
         session,
         "no session agent connected: asking the launcher for one"
@@ -111,7 +111,8 @@ async fn request(socket: &std::path::Path, session: &str, last: bool) {
         Ok(Err(e)) => format!("error {e}"),
         Err(_) => "error: no answer in time".into(),
     };
-    if outcome.starts_with("ok") {
+    let started = outcome.starts_with("ok");
+    if started {
         tracing::info!(session, "launcher: {outcome}");
     } else {
         log_limited!(warn, session, "launcher: no agent started: {outcome}");
@@ -122,6 +123,7 @@ async fn request(socket: &std::path::Path, session: &str, last: bool) {
             "last launch for this session: no further agent will be launched for it"
         );
     }
+    started
 }
 
 async fn exchange(socket: &std::path::Path, session: &str) -> std::io::Result<String> {
