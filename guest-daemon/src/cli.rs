@@ -163,6 +163,14 @@ pub struct Cli {
     /// the seat's active VT (/sys/class/tty/tty0/active → /dev/ttyN); no one but root when that is unknown.
     #[arg(long = "agent-uid", value_name = "UID", requires = "no_logind")]
     pub agent_uid: Option<u32>,
+    /// SPICE: when the served logind session has had no session agent for a few seconds, ask the launcher
+    /// listening on SOCKET (guestlink-agent-launch.socket) to start one in that user's service manager
+    /// (docs/desktops.md). Off without this option, with `--no-agent-launch`, and with `--no-logind`.
+    #[arg(long = "agent-launcher", value_name = "SOCKET")]
+    pub agent_launcher: Option<PathBuf>,
+    /// SPICE: never ask for a session agent (overrides `--agent-launcher`).
+    #[arg(long = "no-agent-launch")]
+    pub no_agent_launch: bool,
     /// SPICE: write `struct input_event` records to FILE instead of creating a /dev/uinput tablet.
     #[arg(long = "uinput-fake", value_name = "FILE")]
     pub uinput_fake: Option<PathBuf>,

@@ -1,5 +1,6 @@
 //! Property tests: JSON values survive encode → arbitrary chunking → QEMU-style streamer; random bytes never
 //! panic any decoder and give the same events however they are split.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_protocol::qga::reply::to_qemu_json;
 use guestlink_protocol::qga::schema::Command;

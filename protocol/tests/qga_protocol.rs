@@ -2,6 +2,7 @@
 //!
 //! The expectations are qemu-ga 7.2.22's measured transcript (docs/protocol/qga.md#reference-transcript) and the
 //! protocol cases of QEMU's `tests/unit/test-qga.c` (invalid-oob, invalid-args, invalid-cmd, id echo, sync-delimited).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! Only protocol-level behaviour is compared (framing, parse/limit errors, envelope and argument errors, id echo,
 //! sync, ping, unknown and blocked commands): no case lets a real command run. Skipped, with a message, when
 //! `/usr/sbin/qemu-ga` is absent (CI installs it from `.ci/apt.d/qga.txt`). This file does I/O only in the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 mod common;
 

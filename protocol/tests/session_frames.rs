@@ -1,4 +1,5 @@
 //! Daemon ↔ session frames: layout, hostile input, property round trips.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_protocol::session::{
     decode_body, encode, FrameDecoder, FrameHeader, GeometryMonitor, SessionDeviceDisplay,

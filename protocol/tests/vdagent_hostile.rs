@@ -1,5 +1,6 @@
 //! Hostile input of docs/protocol/vdagent.md#hostile-input and reassembly edge cases: every case is an error, never a
 //! panic, and memory stays proportional to the bytes that actually arrived.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_protocol::vdagent::{
     encode_message, encode_raw_message, encode_raw_message_into, ChunkMode, Message, MessageHeader,

@@ -1,4 +1,5 @@
 //! Byte layouts measured on real peers (docs/protocol/vdagent.md#observed-reference-behaviour) decoded and re-encoded.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_protocol::vdagent::{
     encode_message, validate_file_name, Capabilities, Capability, ChunkMode, ClipboardType,

@@ -27,15 +27,20 @@ pub const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Which agent runs in the guest; the reference qemu-ga lacks guestlinkd's improvements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentKind {
+    /// Ours.
     Guestlinkd,
+    /// Debian's qemu-ga.
     QemuGa,
 }
 
 /// Everything needed to boot a VM: the agent binary and its kind.
 #[derive(Debug, Clone)]
 pub struct VmEnv {
+    /// The agent binary put into the guest.
     pub agent: PathBuf,
+    /// Which agent it is.
     pub kind: AgentKind,
+    /// `tests/vm/`: the launch and initramfs scripts.
     pub vm_dir: PathBuf,
 }
 
@@ -167,6 +172,7 @@ pub struct Qmp {
 }
 
 impl Qmp {
+    /// Connects to QEMU's monitor socket and starts the event recorder.
     pub fn connect(path: &Path) -> std::io::Result<Qmp> {
         let stream = UnixStream::connect(path)?;
         let inbox = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
@@ -252,11 +258,13 @@ pub type QgaErr = (String, String);
 /// A host-side QGA client on the agent chardev, speaking like qemu.qmp/Proxmox (0xFF + guest-sync-delimited).
 #[derive(Debug)]
 pub struct Qga {
+    /// The chardev socket.
     pub stream: UnixStream,
     buf: Vec<u8>,
 }
 
 impl Qga {
+    /// Connects to the agent's chardev socket.
     pub fn connect(path: &Path) -> Qga {
         let stream = UnixStream::connect(path).expect("connect to qga.sock");
         stream
@@ -268,6 +276,7 @@ impl Qga {
         }
     }
 
+    /// Writes `bytes` as they are.
     pub fn send_raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write to qga.sock");
     }
@@ -389,6 +398,7 @@ pub struct Control {
 }
 
 impl Control {
+    /// Connects to the guest's control port.
     pub fn connect(path: &Path) -> Control {
         let w =
             UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
@@ -465,11 +475,16 @@ impl Control {
 /// A running micro-VM; dropping it stops QEMU (QMP quit, then SIGKILL) and removes the scratch dir.
 #[derive(Debug)]
 pub struct Vm {
+    /// What was booted.
     pub env: VmEnv,
+    /// The VM's scratch directory (sockets, disks, console log).
     pub dir: tempfile::TempDir,
+    /// The QEMU process.
     pub child: Child,
+    /// The monitor.
     pub qmp: Qmp,
     control: Option<Control>,
+    /// When QEMU was started.
     pub booted_at: Instant,
 }
 
@@ -517,10 +532,12 @@ impl Vm {
         }
     }
 
+    /// A file in the VM's scratch directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
+    /// The guest console so far.
     pub fn console(&self) -> String {
         std::fs::read_to_string(self.path("console.log")).unwrap_or_default()
     }

@@ -15,6 +15,7 @@
 //! Takes about 4–7 min warm and 8–12 min cold (release build and debootstrap) on 2 cores.
 //!
 //! Run: `cargo test -p guestlink-tests --test debian_guest -- --nocapture`
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

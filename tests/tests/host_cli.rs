@@ -3,6 +3,7 @@
 //! unit-tested in `host/src/quiesce.rs` and the real freeze belongs to the micro-VM suite.
 //!
 //! Run: `cargo test -p guestlink-tests --test host_cli` (`-- qemu_ga` / `-- guestlinkd` for one agent).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -4,6 +4,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test host_vm_quiesce` (skips loudly without QEMU/kernel/busybox unless
 //! `GUESTLINK_REQUIRE_VM=1`; `GUESTLINK_VM_AGENT=qemu-ga` runs it against Debian's qemu-ga in the guest).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::vm as harness;
 

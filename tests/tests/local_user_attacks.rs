@@ -12,6 +12,7 @@
 //!
 //! The tests need root (to create the attackers); without root they skip loudly, and fail under
 //! `GUESTLINK_REQUIRE_PEERS=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

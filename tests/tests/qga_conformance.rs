@@ -2,6 +2,7 @@
 //! (validating the test) and guestlinkd. The gaps beyond upstream's suite live in `qga_conformance_gaps.rs`.
 //!
 //! Run: `cargo test -p guestlink-tests --test qga_conformance` (`-- qemu_ga` / `-- guestlinkd` for one agent).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::time::Duration;
 

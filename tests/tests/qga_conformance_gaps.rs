@@ -3,6 +3,7 @@
 //! block lists, guest-info, malformed requests and id echo. Each runs against qemu-ga and guestlinkd.
 //!
 //! Run: `cargo test -p guestlink-tests --test qga_conformance_gaps` (`-- qemu_ga` / `-- guestlinkd`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::time::Duration;
 

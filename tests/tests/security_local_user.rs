@@ -12,6 +12,7 @@
 //!   limit 128 descriptors above its baseline (set with `prlimit`), so the kernel truncates what it passes
 //!   (MSG_CTRUNC); afterwards the daemon's open descriptors return to their baseline and `guest-file-open` still
 //!   works.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

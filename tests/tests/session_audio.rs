@@ -5,6 +5,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test session_audio` (needs pulseaudio, pulseaudio-utils; listed in
 //! `.ci/apt.d/session.txt`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 use guestlink_tests::x11 as support;

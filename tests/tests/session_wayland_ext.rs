@@ -4,6 +4,7 @@
 //! applications: it "copies" (sets a selection it serves itself) and "pastes" (asks the current source to send).
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_ext`. Needs nothing outside Rust.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;
 

@@ -4,6 +4,7 @@
 //! kde_output_management_v2 v3 has no custom modes (docs/wayland.md).
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_kwin` (needs kwin-wayland, dbus, wl-clipboard).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;
 

@@ -4,6 +4,7 @@
 //! so it cannot show a resize (see docs/wayland.md).
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_mutter` (needs mutter, Xvfb, dbus-daemon, gdbus).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;
 

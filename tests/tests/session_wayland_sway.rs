@@ -3,6 +3,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test session_wayland_sway -- --nocapture` (needs sway, wl-clipboard;
 //! as root also setpriv: sway refuses to run as root, so the harness runs it as uid 65534).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;
 

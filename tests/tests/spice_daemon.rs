@@ -6,6 +6,7 @@
 //! messages of docs/protocol/vdagent.md#hostile-input (the daemon survives, reopens the port and keeps serving).
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

@@ -7,6 +7,7 @@
 //! - PRIMARY never reaches a client without CLIPBOARD_SELECTION (issue 18 bug 2).
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_guard`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

@@ -13,6 +13,7 @@
 //! forwarded grab would reach the agent before the monitors config does.
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_lock`. Needs dbus-daemon (.ci/apt.d/spice.txt).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

@@ -10,6 +10,7 @@
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_nonactive` (as root: the attacker drops to uid
 //! 65534 with setpriv). Needs dbus-daemon, python3 and setpriv (.ci/apt.d/spice.txt).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

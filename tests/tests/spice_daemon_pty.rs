@@ -11,6 +11,7 @@
 //! only copies bytes (EIO while the slave is closed is waited out, as QEMU's pty chardev does).
 //!
 //! Run: `cargo test -p guestlink-tests --test spice_daemon_pty`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

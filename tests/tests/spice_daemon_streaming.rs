@@ -9,6 +9,7 @@
 //! the host never gets a wrong CLIPBOARD); non-clipboard frames above the 64 KiB agent frame cap.
 //!
 //! Run: `cargo build -p guestlink-daemon && cargo test -p guestlink-tests --test spice_daemon_streaming`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
 

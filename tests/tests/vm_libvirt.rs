@@ -8,6 +8,7 @@
 //! Needs virsh and a reachable `qemu:///system`; where no service manager runs libvirtd, `tests/vm/libvirt-up`
 //! starts one for the test (with an idle timeout) and stops it afterwards. Skips loudly otherwise, unless
 //! `GUESTLINK_REQUIRE_LIBVIRT=1` or `GUESTLINK_REQUIRE_VM=1` (opt out with `GUESTLINK_REQUIRE_LIBVIRT=0`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::vm as harness;
 

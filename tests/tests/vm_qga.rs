@@ -7,6 +7,7 @@
 //! (guestlinkd-only steps are skipped then). `vm_fs_lists_match_qemu_ga` boots one more VM per agent and compares
 //! guest-get-fsinfo and guest-fstrim of guestlinkd with Debian's qemu-ga on the same guest (with its bind mount
 //! `/mnt/bind`). Skips loudly without QEMU/kernel/busybox unless `GUESTLINK_REQUIRE_VM=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::vm as harness;
 

@@ -23,6 +23,8 @@
 
 pub mod agent_queue;
 pub mod agents;
+pub mod launch;
+pub mod launch_io;
 pub mod log_limit;
 pub mod logind;
 pub mod passed_fd;
@@ -60,6 +62,8 @@ pub struct SpiceOptions {
     pub agent_uid: Option<u32>,
     /// Write input events to this file instead of /dev/uinput.
     pub uinput_fake: Option<PathBuf>,
+    /// The launcher socket to ask for a session agent where none connects ([`launch`]); `None`: off.
+    pub agent_launcher: Option<PathBuf>,
 }
 
 /// The stall timeout: [`AGENT_STALL_ENV`] if set to a number of milliseconds, else [`DEFAULT_AGENT_STALL`].
@@ -94,6 +98,7 @@ pub async fn run(opts: SpiceOptions) -> Result<()> {
         None => Some(active_tx),
     };
     let (ev_tx, ev_rx) = mpsc::channel::<Event>(256);
+    let ev_tx = launch_io::spawn(opts.agent_launcher.clone(), active_rx.clone(), ev_tx);
     tokio::spawn(agents::accept_loop(
         listener,
         agents::AcceptConfig {
@@ -135,6 +140,11 @@ impl SpiceOptions {
             no_logind: cli.no_logind,
             agent_uid: cli.agent_uid,
             uinput_fake: cli.uinput_fake.clone(),
+            // Without logind there is no session to launch for.
+            agent_launcher: cli
+                .agent_launcher
+                .clone()
+                .filter(|_| !cli.no_agent_launch && !cli.no_logind),
         })
     }
 }

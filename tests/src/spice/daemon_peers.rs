@@ -33,6 +33,7 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
+    /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.0.try_wait(), Ok(None))
     }
@@ -41,13 +42,18 @@ impl Daemon {
 /// The host end of the port.
 #[derive(Debug)]
 pub struct Host {
+    /// The port connection.
     pub s: UnixStream,
+    /// Chunk reassembly of the guest's messages.
     pub reasm: Reassembler,
+    /// Messages reassembled but not yet taken.
     pub queue: std::collections::VecDeque<(Port, guestlink_protocol::vdagent::RawMessage)>,
+    /// The wire format both sides' capabilities agree on.
     pub wire: WireFormat,
 }
 
 impl Host {
+    /// Accepts guestlinkd's port connection on `l`.
     pub fn accept(l: &UnixListener) -> Host {
         l.set_nonblocking(true).unwrap();
         let deadline = Instant::now() + TIMEOUT;
@@ -72,6 +78,7 @@ impl Host {
         }
     }
 
+    /// Sends one message to the guest on `port`.
     pub fn send(&mut self, port: Port, m: &Message) {
         let b = encode_message(port, m, self.wire, ChunkMode::Split).unwrap();
         self.s.write_all(&b).unwrap();
@@ -118,6 +125,7 @@ impl Host {
         }
     }
 
+    /// The next message from the guest (any port); panics after the timeout.
     pub fn recv(&mut self) -> (Port, Message) {
         self.recv_within(TIMEOUT)
             .expect("no message from guestlinkd")
@@ -166,12 +174,16 @@ impl Host {
 /// The in-test session agent.
 #[derive(Debug)]
 pub struct Agent {
+    /// The session socket.
     pub s: UnixStream,
+    /// Frames read so far.
     pub dec: FrameDecoder,
+    /// Messages decoded but not yet taken.
     pub queue: std::collections::VecDeque<SessionMessage>,
 }
 
 impl Agent {
+    /// Connects to guestlinkd's session socket at `path`.
     pub fn connect(path: &Path) -> Agent {
         let deadline = Instant::now() + TIMEOUT;
         let s = loop {
@@ -192,10 +204,12 @@ impl Agent {
         }
     }
 
+    /// Sends one message to guestlinkd.
     pub fn send(&mut self, m: &SessionMessage) {
         self.s.write_all(&session::encode(m).unwrap()).unwrap();
     }
 
+    /// The next message from guestlinkd, or `None` after `wait`.
     pub fn recv_within(&mut self, wait: Duration) -> Option<SessionMessage> {
         let deadline = Instant::now() + wait;
         loop {
@@ -218,6 +232,7 @@ impl Agent {
         }
     }
 
+    /// The first message for which `f` gives `Some`, skipping others; panics naming `what` after the timeout.
     pub fn expect<T>(&mut self, what: &str, mut f: impl FnMut(&SessionMessage) -> Option<T>) -> T {
         let deadline = Instant::now() + TIMEOUT;
         while Instant::now() < deadline {
@@ -231,6 +246,7 @@ impl Agent {
         panic!("agent timed out waiting for {what}");
     }
 
+    /// Answers guestlinkd's hello and reports one display, as a real agent does on connect.
     pub fn hello_and_geometry(&mut self) {
         self.hello_caps_and_geometry();
     }
@@ -267,12 +283,16 @@ impl Agent {
 /// A guestlinkd on a temporary directory: port listener, session socket, `--uinput-fake` file.
 #[derive(Debug)]
 pub struct Setup {
+    /// The test's files.
     pub dir: tempfile::TempDir,
+    /// The guestlinkd under test.
     pub daemon: Daemon,
+    /// Where guestlinkd connects as its SPICE port.
     pub listener: UnixListener,
 }
 
 impl Setup {
+    /// Starts guestlinkd (`--no-logind`, fake uinput) on a fresh directory.
     pub fn start() -> Setup {
         Setup::start_with(&[])
     }
@@ -294,6 +314,7 @@ impl Setup {
         }
     }
 
+    /// The session socket agents connect to.
     pub fn session_socket(&self) -> std::path::PathBuf {
         self.dir.path().join("session.sock")
     }

@@ -7,6 +7,9 @@
 //! guest-daemon/src/spice/logind_tests.rs has a fuller fake (VT switches, LockedHint changes) for the follower itself.
 #![allow(dead_code)] // each test uses part of it
 
+// zbus generates public senders for the Session signals (Lock, Unlock) without doc comments of their own.
+#![allow(missing_docs)]
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -19,9 +22,13 @@ use zbus::zvariant::OwnedObjectPath;
 /// One fake session: id, owner uid, `Type`, `Class`.
 #[derive(Debug, Clone, Copy)]
 pub struct FakeSessionSpec {
+    /// Session id.
     pub id: &'static str,
+    /// Owner uid.
     pub uid: u32,
+    /// `Type` (x11, wayland, tty).
     pub kind: &'static str,
+    /// `Class` (user, greeter).
     pub class: &'static str,
 }
 
@@ -81,8 +88,10 @@ impl Session {
     fn locked_hint(&self) -> bool {
         false
     }
+    /// logind's `Lock` signal: the session is asked to lock.
     #[zbus(signal)]
     async fn lock(emitter: &SignalEmitter<'_>) -> zbus::Result<()>;
+    /// logind's `Unlock` signal.
     #[zbus(signal)]
     async fn unlock(emitter: &SignalEmitter<'_>) -> zbus::Result<()>;
 }

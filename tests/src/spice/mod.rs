@@ -58,6 +58,7 @@ pub fn python_as(uid: u32, script: &str) -> std::process::Command {
     c
 }
 
+/// The path of a system tool in the usual directories, if installed.
 pub fn which(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         .iter()
