@@ -367,7 +367,12 @@ fn resize(
 }
 
 /// `mouse`: one pointer position (and a click) in client mouse mode; nothing answers it.
-fn mouse(c: &Common, link: &mut SpiceLink, out: &mut dyn Write, a: &MouseArgs) -> Result<(), Error> {
+fn mouse(
+    c: &Common,
+    link: &mut SpiceLink,
+    out: &mut dyn Write,
+    a: &MouseArgs,
+) -> Result<(), Error> {
     let sent = ops::mouse(link, a.x, a.y, a.display, a.click.map(ButtonArg::mask))?;
     let click = a.click.map(ButtonArg::name);
     if c.json {
@@ -376,7 +381,12 @@ fn mouse(c: &Common, link: &mut SpiceLink, out: &mut dyn Write, a: &MouseArgs) -
             json!({"x": a.x, "y": a.y, "display": a.display, "click": click, "messages": sent}),
         )?;
     } else if !c.quiet {
-        writeln!(out, "pointer sent to {},{} on display {}", a.x, a.y, a.display).map_err(io_err)?;
+        writeln!(
+            out,
+            "pointer sent to {},{} on display {}",
+            a.x, a.y, a.display
+        )
+        .map_err(io_err)?;
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! ([`FakeLogind::lock`], as `loginctl lock-session`/`unlock-session` make logind send them). The session set is
 //! fixed at start; `pids` maps processes to sessions and may change at any time. The unit test
 //! guest-daemon/src/spice/logind_tests.rs has a fuller fake (VT switches, LockedHint changes) for the follower itself.
-#![allow(dead_code)] // each test uses part of it
+#![allow(dead_code)]
+// each test uses part of it
 
 // zbus generates public senders for the Session signals (Lock, Unlock) without doc comments of their own.
 #![allow(missing_docs)]
