@@ -54,11 +54,14 @@ fn init_logging(verbose: u8) {
         .ok()
         .and_then(|s| s.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(level));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // No colour codes in the journal (user unit) or a redirected log.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .finish()
+    // The filter is the subscriber's only level gate (`fmt()` alone would also cap at INFO).
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // No colour codes in the journal (user unit) or a redirected log.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .with(filter)
         .init();
 }

@@ -38,10 +38,13 @@ fn init_tracing(verbose: u8) {
                 .with_target("guestlink", level)
                 .with_target("guestlink_host", level)
         });
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .finish()
+    // The filter is the subscriber's only level gate (`fmt()` alone would also cap at INFO).
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
         .with(filter)
         .init();
 }
