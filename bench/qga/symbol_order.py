@@ -121,7 +121,8 @@ def functions(callgrind_out, binary):
 
 
 def main():
-    binary = sys.argv[1] if len(sys.argv) > 1 else str(WORKSPACE / "target" / "release" / "guestlinkd")
+    # Absolute: the agent runs with its temporary directory as the working directory.
+    binary = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else str(WORKSPACE / "target" / "release" / "guestlinkd")
     if b".symtab" not in subprocess.run(["readelf", "-S", binary], capture_output=True, check=True).stdout:
         sys.exit(f"{binary} has no symbols: build it with strip=false (see this script's doc)")
     with tempfile.TemporaryDirectory() as d:
