@@ -15,13 +15,13 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::process::Stdio;
-use std::time::Duration;
 
 use guestlink_protocol::session::SessionMessage;
-use guestlink_protocol::vdagent::{
-    Capabilities, ClipboardType, Message, Port, Selection, WireFormat,
-};
+use guestlink_protocol::vdagent::Message;
 use spice_common::daemon_peers::*;
+use spice_common::wire_checks::{
+    check_newest_caps_govern, check_primary_never_reaches_a_legacy_client, malformed_burst,
+};
 
 /// The unprivileged attacker.
 const NOBODY: u32 = 65534;
@@ -91,19 +91,6 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
     assert!(daemon.alive());
 }
 
-/// The chunk bytes of a message of `msg_type` with `payload` on chunk port `port` (one chunk).
-fn chunk(port: u32, msg_type: u32, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&port.to_le_bytes());
-    b.extend_from_slice(&(20 + payload.len() as u32).to_le_bytes());
-    b.extend_from_slice(&1u32.to_le_bytes());
-    b.extend_from_slice(&msg_type.to_le_bytes());
-    b.extend_from_slice(&0u64.to_le_bytes());
-    b.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    b.extend_from_slice(payload);
-    b
-}
-
 /// Issue 18 bug 1: a burst of malformed but well-framed messages (random types and sizes, capabilities with
 /// random words), then a chunk with an invalid port: guestlinkd resets the port and announces again; the host
 /// answers with fresh capabilities (CLIPBOARD_SELECTION and GRAB_SERIAL) and grabs. The guest's request must
@@ -115,32 +102,7 @@ fn after_a_port_reset_the_newest_capabilities_govern_the_wire() {
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();
-
-    let mut burst = Vec::new();
-    let mut x = 0x9e37_79b9u32;
-    let mut rnd = || {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        x
-    };
-    for _ in 0..20 {
-        let t = 17 + rnd() % 200;
-        let payload: Vec<u8> = (0..rnd() % 300).map(|_| rnd() as u8).collect();
-        burst.extend(chunk(1, t, &payload));
-    }
-    // Capabilities with random words, without CLIPBOARD_SELECTION (bit 6).
-    let mut caps = Vec::new();
-    for w in [0u32, 0x1234_5601 & !(1 << 6), rnd(), rnd()] {
-        caps.extend_from_slice(&w.to_le_bytes());
-    }
-    burst.extend(chunk(1, 6, &caps));
-    // An invalid port, then a message header over the size limit.
-    burst.extend(chunk(7, 1, &[0; 13]));
-    burst.extend(chunk(1, 4, &[]));
-    let n = burst.len();
-    burst[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
-    let _ = host.s.write_all(&burst);
+    let _ = host.s.write_all(&malformed_burst());
 
     // The port is reset: a new connection, our caps with request=1; the host answers with fresh caps.
     let mut host = Host::accept(&s.listener);
@@ -152,50 +114,7 @@ fn after_a_port_reset_the_newest_capabilities_govern_the_wire() {
     else {
         panic!("not a capabilities request after the reset: {m:?}");
     };
-    let client = Capabilities::from_words(&[SPICE_GTK_CAPS]);
-    host.send(
-        Port::Client,
-        &Message::AnnounceCapabilities {
-            request: false,
-            caps: client.clone(),
-        },
-    );
-    host.wire = WireFormat::negotiate(&client, &ours);
-    assert!(host.wire.selection && host.wire.grab_serial);
-    host.send(
-        Port::Client,
-        &Message::ClipboardGrab {
-            selection: Selection::Clipboard,
-            serial: Some(0),
-            types: vec![ClipboardType::Utf8Text],
-        },
-    );
-    let types = agent.expect("the host's grab", |m| match m {
-        SessionMessage::ClipboardGrab { selection, types }
-            if *selection == Selection::Clipboard =>
-        {
-            Some(types.clone())
-        }
-        _ => None,
-    });
-    assert_eq!(
-        types,
-        vec![ClipboardType::Utf8Text],
-        "grab read in the wrong format"
-    );
-    agent.send(&SessionMessage::ClipboardRequest {
-        selection: Selection::Clipboard,
-        data_type: ClipboardType::Utf8Text,
-    });
-    // `Host` decodes with the negotiated format (selection prefix): a legacy 4-byte request fails there.
-    let sel = host.expect("the guest's request", |_, m| match m {
-        Message::ClipboardRequest {
-            selection,
-            data_type: ClipboardType::Utf8Text,
-        } => Some(*selection),
-        _ => None,
-    });
-    assert_eq!(sel, Selection::Clipboard);
+    check_newest_caps_govern(&mut host, &mut agent, &ours);
 }
 
 /// Issue 18 bug 2: a client that did not announce CLIPBOARD_SELECTION gets no grab when the guest's PRIMARY
@@ -206,41 +125,5 @@ fn primary_never_reaches_a_legacy_client() {
     let mut agent = Agent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
-    let (_, m) = host.recv();
-    let Message::AnnounceCapabilities { caps: ours, .. } = m else {
-        panic!("first message is not ANNOUNCE_CAPABILITIES: {m:?}");
-    };
-    // spice-gtk's caps without CLIPBOARD_SELECTION (6) and GRAB_SERIAL (17).
-    let legacy = Capabilities::from_words(&[SPICE_GTK_CAPS & !(1 << 6) & !(1 << 17)]);
-    host.send(
-        Port::Client,
-        &Message::AnnounceCapabilities {
-            request: true,
-            caps: legacy.clone(),
-        },
-    );
-    host.wire = WireFormat::negotiate(&legacy, &ours);
-    assert!(!host.wire.selection);
-    host.expect("our caps", |_, m| {
-        matches!(m, Message::AnnounceCapabilities { request: false, .. }).then_some(())
-    });
-    agent.send(&SessionMessage::ClipboardGrab {
-        selection: Selection::Primary,
-        types: vec![ClipboardType::Utf8Text],
-    });
-    // Then CLIPBOARD: the first grab the host sees must be this one.
-    std::thread::sleep(Duration::from_millis(300));
-    agent.send(&SessionMessage::ClipboardGrab {
-        selection: Selection::Clipboard,
-        types: vec![ClipboardType::ImagePng],
-    });
-    let types = host.expect("a grab", |_, m| match m {
-        Message::ClipboardGrab { types, .. } => Some(types.clone()),
-        _ => None,
-    });
-    assert_eq!(
-        types,
-        vec![ClipboardType::ImagePng],
-        "the guest's PRIMARY grab reached a client without CLIPBOARD_SELECTION"
-    );
+    check_primary_never_reaches_a_legacy_client(&mut host, &mut agent);
 }

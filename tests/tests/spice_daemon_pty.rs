@@ -22,14 +22,13 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use guestlink_protocol::session::SessionMessage;
-use guestlink_protocol::vdagent::{
-    Capabilities, ClipboardType, Message, Port, Reassembler, ReassemblerConfig, Selection,
-    WireFormat,
-};
+use guestlink_protocol::vdagent::{Message, Reassembler, ReassemblerConfig, WireFormat};
 use nix::fcntl::OFlag;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 use spice_common::daemon_peers::*;
+use spice_common::wire_checks::{
+    check_newest_caps_govern, check_primary_never_reaches_a_legacy_client, malformed_burst,
+};
 
 /// A pty pair whose master is bridged to a unix stream: `slave` is the path guestlinkd opens.
 struct PtyPort {
@@ -103,47 +102,6 @@ fn start(port: &PtyPort) -> (tempfile::TempDir, Daemon) {
     (dir, Daemon(child))
 }
 
-/// The chunk bytes of a message of `msg_type` with `payload` on chunk port `port` (one chunk).
-fn chunk(port: u32, msg_type: u32, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::new();
-    b.extend_from_slice(&port.to_le_bytes());
-    b.extend_from_slice(&(20 + payload.len() as u32).to_le_bytes());
-    b.extend_from_slice(&1u32.to_le_bytes());
-    b.extend_from_slice(&msg_type.to_le_bytes());
-    b.extend_from_slice(&0u64.to_le_bytes());
-    b.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    b.extend_from_slice(payload);
-    b
-}
-
-/// The burst of the issue: 20 well-framed messages of random types and sizes, capabilities with random words
-/// (without CLIPBOARD_SELECTION), a chunk on an invalid port, then a message header over the size limit.
-fn malformed_burst() -> Vec<u8> {
-    let mut burst = Vec::new();
-    let mut x = 0x9e37_79b9u32;
-    let mut rnd = || {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        x
-    };
-    for _ in 0..20 {
-        let t = 17 + rnd() % 200;
-        let payload: Vec<u8> = (0..rnd() % 300).map(|_| rnd() as u8).collect();
-        burst.extend(chunk(1, t, &payload));
-    }
-    let mut caps = Vec::new();
-    for w in [0u32, 0x1234_5601 & !(1 << 6), rnd(), rnd()] {
-        caps.extend_from_slice(&w.to_le_bytes());
-    }
-    burst.extend(chunk(1, 6, &caps));
-    burst.extend(chunk(7, 1, &[0; 13]));
-    burst.extend(chunk(1, 4, &[]));
-    let n = burst.len();
-    burst[n - 4..].copy_from_slice(&u32::MAX.to_le_bytes());
-    burst
-}
-
 /// Bug 1 over a pty: after the burst guestlinkd closes the slave and opens it again, announcing its caps with
 /// request=1; the host answers with spice-gtk's caps (CLIPBOARD_SELECTION, GRAB_SERIAL) and grabs. The grab must
 /// be read with the selection prefix and the guest's request sent with it (a legacy 4-byte request does not
@@ -168,49 +126,7 @@ fn after_a_pty_port_reset_the_newest_capabilities_govern_the_wire() {
         _ => None,
     });
     let mut host = host_on(&port);
-    let client = Capabilities::from_words(&[SPICE_GTK_CAPS]);
-    host.send(
-        Port::Client,
-        &Message::AnnounceCapabilities {
-            request: false,
-            caps: client.clone(),
-        },
-    );
-    host.wire = WireFormat::negotiate(&client, &ours);
-    assert!(host.wire.selection && host.wire.grab_serial);
-    host.send(
-        Port::Client,
-        &Message::ClipboardGrab {
-            selection: Selection::Clipboard,
-            serial: Some(0),
-            types: vec![ClipboardType::Utf8Text],
-        },
-    );
-    let types = agent.expect("the host's grab", |m| match m {
-        SessionMessage::ClipboardGrab { selection, types }
-            if *selection == Selection::Clipboard =>
-        {
-            Some(types.clone())
-        }
-        _ => None,
-    });
-    assert_eq!(
-        types,
-        vec![ClipboardType::Utf8Text],
-        "grab read in the wrong format"
-    );
-    agent.send(&SessionMessage::ClipboardRequest {
-        selection: Selection::Clipboard,
-        data_type: ClipboardType::Utf8Text,
-    });
-    let sel = host.expect("the guest's request", |_, m| match m {
-        Message::ClipboardRequest {
-            selection,
-            data_type: ClipboardType::Utf8Text,
-        } => Some(*selection),
-        _ => None,
-    });
-    assert_eq!(sel, Selection::Clipboard);
+    check_newest_caps_govern(&mut host, &mut agent, &ours);
     assert!(daemon.alive(), "guestlinkd died on the burst");
 }
 
@@ -222,40 +138,6 @@ fn primary_never_reaches_a_legacy_client_over_a_pty() {
     let mut agent = Agent::connect(&dir.path().join("session.sock"));
     agent.hello_and_geometry();
     let mut host = host_on(&port);
-    let (_, m) = host.recv();
-    let Message::AnnounceCapabilities { caps: ours, .. } = m else {
-        panic!("first message is not ANNOUNCE_CAPABILITIES: {m:?}");
-    };
-    let legacy = Capabilities::from_words(&[SPICE_GTK_CAPS & !(1 << 6) & !(1 << 17)]);
-    host.send(
-        Port::Client,
-        &Message::AnnounceCapabilities {
-            request: true,
-            caps: legacy.clone(),
-        },
-    );
-    host.wire = WireFormat::negotiate(&legacy, &ours);
-    assert!(!host.wire.selection);
-    host.expect("our caps", |_, m| {
-        matches!(m, Message::AnnounceCapabilities { request: false, .. }).then_some(())
-    });
-    agent.send(&SessionMessage::ClipboardGrab {
-        selection: Selection::Primary,
-        types: vec![ClipboardType::Utf8Text],
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    agent.send(&SessionMessage::ClipboardGrab {
-        selection: Selection::Clipboard,
-        types: vec![ClipboardType::ImagePng],
-    });
-    let types = host.expect("a grab", |_, m| match m {
-        Message::ClipboardGrab { types, .. } => Some(types.clone()),
-        _ => None,
-    });
-    assert_eq!(
-        types,
-        vec![ClipboardType::ImagePng],
-        "the guest's PRIMARY grab reached a client without CLIPBOARD_SELECTION"
-    );
+    check_primary_never_reaches_a_legacy_client(&mut host, &mut agent);
     assert!(daemon.alive());
 }

@@ -12,6 +12,7 @@ use crate::gate::Gate;
 
 pub mod daemon_peers;
 pub mod fake_logind;
+pub mod wire_checks;
 
 /// Generous bound for anything on a loaded 2-core machine.
 /// Generous: CI machines have 2 cores and run other tests alongside.
