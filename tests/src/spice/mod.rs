@@ -148,43 +148,41 @@ pub fn start_relay(guest_l: UnixListener, host_l: UnixListener) -> Arc<Mutex<boo
     let (g, h, c) = (guest.clone(), host.clone(), connected.clone());
     std::thread::spawn(move || {
         for s in guest_l.incoming() {
-            let Ok(mut s) = s else { return };
-            *g.lock().unwrap() = s.try_clone().ok();
-            *c.lock().unwrap() = true;
-            let mut buf = vec![0u8; 65536];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if let Some(hs) = h.lock().unwrap().as_mut() {
-                            let _ = hs.write_all(&buf[..n]);
-                        }
-                    }
-                }
-            }
-            *g.lock().unwrap() = None;
-            *c.lock().unwrap() = false;
+            let Ok(s) = s else { return };
+            forward(s, &g, &h, Some(&c));
         }
     });
     std::thread::spawn(move || {
         for s in host_l.incoming() {
-            let Ok(mut s) = s else { return };
-            *host.lock().unwrap() = s.try_clone().ok();
-            let mut buf = vec![0u8; 65536];
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if let Some(gs) = guest.lock().unwrap().as_mut() {
-                            let _ = gs.write_all(&buf[..n]);
-                        }
-                    }
-                }
-            }
-            *host.lock().unwrap() = None;
+            let Ok(s) = s else { return };
+            forward(s, &host, &guest, None);
         }
     });
     connected
+}
+
+/// One side of the relay: `s` is published in `own` (then `connected` set) while connected, and what it sends goes
+/// to the stream in `other` (dropped when there is none).
+fn forward(mut s: UnixStream, own: &Slot, other: &Slot, connected: Option<&Mutex<bool>>) {
+    *own.lock().unwrap() = s.try_clone().ok();
+    if let Some(c) = connected {
+        *c.lock().unwrap() = true;
+    }
+    let mut buf = vec![0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(o) = other.lock().unwrap().as_mut() {
+                    let _ = o.write_all(&buf[..n]);
+                }
+            }
+        }
+    }
+    *own.lock().unwrap() = None;
+    if let Some(c) = connected {
+        *c.lock().unwrap() = false;
+    }
 }
 
 /// A deterministic pseudo-random payload.
