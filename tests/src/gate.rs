@@ -67,13 +67,32 @@ pub fn require_or_skip(gate: Gate, ok: bool, reason: &str) -> bool {
     ok
 }
 
-/// Whether `tool` is an executable on `PATH` (or an existing absolute path).
-pub fn have_tool(tool: &str) -> bool {
+/// Where `tool` is: a path as given if it exists, else the first match on `PATH`, then in the system directories
+/// (`/usr/sbin`, `/usr/bin`, `/sbin`, `/bin`; a non-root `PATH` often lacks the sbin ones).
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
     if tool.contains('/') {
-        return std::path::Path::new(tool).exists();
+        let p = std::path::PathBuf::from(tool);
+        return p.exists().then_some(p);
     }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()))
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"].map(std::path::PathBuf::from))
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}
+
+/// `tool` in the system directories only (`/usr/sbin`, `/usr/bin`, `/sbin`, `/bin`): for a program a test runs as
+/// another uid, which cannot use an interpreter or shim under root's home that `PATH` may point at first.
+pub fn system_which(tool: &str) -> Option<std::path::PathBuf> {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| std::path::Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// Whether `tool` is installed ([`which`]).
+pub fn have_tool(tool: &str) -> bool {
+    which(tool).is_some()
 }
 
 /// `true` when every one of `tools` is installed; else [`skip`]s naming the missing ones and where they come from

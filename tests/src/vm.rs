@@ -11,7 +11,7 @@
 
 use serde_json::{json, Value};
 
-use crate::gate::Gate;
+use crate::gate::{which, Gate};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -42,14 +42,6 @@ pub struct VmEnv {
     pub kind: AgentKind,
     /// `tests/vm/`: the launch and initramfs scripts.
     pub vm_dir: PathBuf,
-}
-
-fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(prog))
-            .find(|c| c.is_file())
-    })
 }
 
 fn newest_kernel() -> Option<PathBuf> {

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::gate::{self, Gate};
+use guestlink_tests::gate::{self, which, Gate};
 use guestlink_tests::{Agent, AgentKind};
 use serde_json::json;
 
@@ -35,14 +35,6 @@ fn can_drop_privileges(test: &str) -> bool {
         Gate::Peers,
         &format!("{test} runs the attacker as another uid"),
     ) && gate::require_tools(Gate::Peers, &["setpriv"], "util-linux")
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(tool))
-            .find(|p| p.is_file())
-    })
 }
 
 /// `setpriv` running `program` as `uid`:`uid` with no supplementary groups and a minimal environment.

@@ -59,13 +59,9 @@ pub fn python_as(uid: u32, script: &str) -> std::process::Command {
     c
 }
 
-/// The path of a system tool in the usual directories, if installed.
-pub fn which(name: &str) -> Option<PathBuf> {
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-}
+/// The SPICE peers (dbus-daemon, python3 for attackers run as another uid, the reference agents) come from the
+/// system directories: see [`crate::gate::system_which`].
+pub use crate::gate::system_which as which;
 
 /// `Some(())` when all `names` are installed; else a loud skip (or a panic under GUESTLINK_REQUIRE_PEERS).
 pub fn peers(names: &[&str]) -> Option<()> {
