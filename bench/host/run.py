@@ -143,7 +143,7 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the raw results as JSON")
     a = ap.parse_args()
     if not os.access(a.guestlink, os.X_OK):
-        sys.exit(f"{a.guestlink} missing: cargo build --release -p guestlink")
+        sys.exit(f"{a.guestlink} missing: cargo build --release -p host")
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="guestlink-bench-") as d:

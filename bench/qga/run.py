@@ -17,7 +17,7 @@ Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous 
 
 Each phase runs --reps times per agent (agents interleaved) and medians are reported. Python stdlib only:
 
-    cargo build --release -p guestlink-daemon
+    cargo build --release -p guest-daemon
     .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd] [--idle-secs 10]
         [--phases ping,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
 
@@ -61,7 +61,7 @@ def qemu_ga_path():
 def guestlinkd_path():
     if os.environ.get("GUESTLINKD"):
         return os.environ["GUESTLINKD"]
-    subprocess.run(["cargo", "build", "--release", "-p", "guestlink-daemon", "--bin", "guestlinkd"],
+    subprocess.run(["cargo", "build", "--release", "-p", "guest-daemon", "--bin", "guestlinkd"],
                    cwd=WORKSPACE, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR", WORKSPACE / "target"))
     return str(target / "release" / "guestlinkd")

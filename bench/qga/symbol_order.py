@@ -16,9 +16,9 @@ The names carry the crates' hashes: a new toolchain or dependency version rename
 the stale entries (the binary is correct, only the idle RSS rises back; `bench/qga/run.py --phases idle` shows it).
 Regenerate after such an update:
 
-    cargo build --release -p guestlink-daemon --config 'profile.release.package.guestlink-daemon.strip=false'
+    cargo build --release -p guest-daemon --config 'profile.release.package.guestlink-daemon.strip=false'
     python3 bench/qga/symbol_order.py [target/release/guestlinkd]
-    cargo build --release -p guestlink-daemon          # relinks with the new order
+    cargo build --release -p guest-daemon          # relinks with the new order
 
 Needs valgrind (.ci/apt.d/qga.txt). Python stdlib only.
 """

@@ -8,15 +8,12 @@ use thiserror::Error;
 
 use crate::cli::{Cli, HookFailure};
 use crate::keyfile::{split_list, KeyFile, KeyFileError};
+use crate::transport::{BadMethod, Method};
 
 /// qemu-ga's default configuration file.
 pub const QGA_CONF_DEFAULT: &str = "/etc/qemu/qemu-ga.conf";
 /// guestlink's default settings file.
 pub const GUESTLINK_CONF_DEFAULT: &str = "/etc/guestlink/guestlinkd.conf";
-/// Default virtio-serial port.
-pub const VIRTIO_PATH_DEFAULT: &str = "/dev/virtio-ports/org.qemu.guest_agent.0";
-/// Default isa-serial port.
-pub const ISA_PATH_DEFAULT: &str = "/dev/ttyS0";
 /// Default pid file (qemu-ga's, so service files and scripts keep working).
 pub const PIDFILE_DEFAULT: &str = "/var/run/qemu-ga.pid";
 /// Default state directory.
@@ -80,6 +77,9 @@ pub enum ConfigError {
     /// block-rpcs and allow-rpcs were given in the same source.
     #[error("wrong {0}, using 'block-rpcs' and 'allow-rpcs' at the same time is not allowed")]
     BlockAndAllow(&'static str),
+    /// An unknown `-m`/`method=`.
+    #[error(transparent)]
+    BadMethod(#[from] BadMethod),
     /// An unknown `--profile`.
     #[error("unknown profile '{0}' (known: backup)")]
     UnknownProfile(String),
@@ -129,8 +129,8 @@ impl Default for GuestlinkSettings {
 pub struct Config {
     /// Become a daemon.
     pub daemonize: bool,
-    /// Transport method name.
-    pub method: String,
+    /// Transport method.
+    pub method: Method,
     /// Channel path (resolved default for the serial methods).
     pub path: Option<String>,
     /// Log file.
@@ -176,7 +176,7 @@ impl Config {
     pub fn load(cli: &Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let mut cfg = Config {
             daemonize: false,
-            method: String::new(),
+            method: Method::VirtioSerial,
             path: None,
             logfile: None,
             pidfile: String::new(),
@@ -296,15 +296,14 @@ impl Config {
             }
         }
 
-        cfg.method = method.unwrap_or_else(|| "virtio-serial".to_owned());
+        cfg.method = match method {
+            Some(name) => name.parse()?,
+            None => Method::VirtioSerial,
+        };
         cfg.pidfile = pidfile.unwrap_or_else(|| PIDFILE_DEFAULT.to_owned());
         cfg.statedir = statedir.unwrap_or_else(|| STATEDIR_DEFAULT.to_owned());
         if cfg.path.is_none() {
-            cfg.path = match cfg.method.as_str() {
-                "virtio-serial" => Some(VIRTIO_PATH_DEFAULT.to_owned()),
-                "isa-serial" => Some(ISA_PATH_DEFAULT.to_owned()),
-                _ => None,
-            };
+            cfg.path = cfg.method.default_path().map(str::to_owned);
         }
         Ok(cfg)
     }
@@ -314,7 +313,7 @@ impl Config {
         let mut kf = KeyFile::new();
         const G: &str = "general";
         kf.set_bool(G, "daemon", self.daemonize);
-        kf.set_string(G, "method", &self.method);
+        kf.set_string(G, "method", self.method.name());
         if let Some(p) = &self.path {
             kf.set_string(G, "path", p);
         }
@@ -506,7 +505,7 @@ mod tests {
         let conf = write(&dir, "test-qga-config", TEST_QGA_CONFIG);
         let cfg = load(&["-D"], Some(&conf), None).unwrap();
         assert!(!cfg.daemonize);
-        assert_eq!(cfg.method, "virtio-serial");
+        assert_eq!(cfg.method, Method::VirtioSerial);
         assert_eq!(cfg.path.as_deref(), Some("/path/to/org.qemu.guest_agent.0"));
         assert_eq!(cfg.pidfile, "/var/foo/qemu-ga.pid");
         assert_eq!(cfg.statedir, "/var/state");
@@ -575,9 +574,24 @@ mod tests {
         // CLI overrides the file.
         let conf = write(&dir, "f", "[general]\nmethod=isa-serial\nstatedir=/file\n");
         let cfg = load(&["-t", "/cli"], Some(&conf), None).unwrap();
-        assert_eq!(cfg.method, "isa-serial");
-        assert_eq!(cfg.path.as_deref(), Some(ISA_PATH_DEFAULT));
+        assert_eq!(cfg.method, Method::IsaSerial);
+        assert_eq!(cfg.path.as_deref(), Some("/dev/ttyS0"));
         assert_eq!(cfg.statedir, "/cli");
+        // An unknown method is refused when the configuration is resolved, from either source.
+        let conf = write(&dir, "g", "[general]\nmethod=carrier-pigeon\n");
+        for err in [
+            load(&[], Some(&conf), None).unwrap_err(),
+            load(&["-m", "carrier-pigeon"], None, None).unwrap_err(),
+        ] {
+            assert!(matches!(err, ConfigError::BadMethod(_)), "{err:?}");
+            assert_eq!(err.to_string(), "invalid channel method: carrier-pigeon");
+        }
+        assert_eq!(
+            load(&["-m", "unix-listen"], Some(&conf), None)
+                .unwrap()
+                .method,
+            Method::UnixListen
+        );
         // A missing default file is fine; a missing -c file is fatal.
         let missing = dir.path().join("missing").display().to_string();
         assert!(load(&["-c", &missing], None, None).is_err());

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::freeze::Freezer;
 use crate::runtimes::SpiceSide;
 use crate::server::dispatch::Handle;
+use crate::transport::Method;
 use crate::{server, transport, VERSION};
 
 /// Runs the QGA side until a signal (or, without `-r` and without a SPICE side, a channel failure).
@@ -22,7 +23,7 @@ pub async fn serve<D: Handle>(
     let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let has_spice = spice.is_some();
-    if cfg.method == "none" {
+    if cfg.method == Method::None {
         // SPICE only: no QGA channel; exit with the SPICE side or on a signal.
         let side = spice.context("-m none needs --spice-path (nothing to serve)")?;
         let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
@@ -48,7 +49,7 @@ pub async fn serve<D: Handle>(
     loop {
         let activated = activation.is_some();
         let opened = transport::open(
-            &cfg.method,
+            cfg.method,
             cfg.path.as_deref(),
             activation.take(),
             &cfg.guestlink.vsock_allow_cids,

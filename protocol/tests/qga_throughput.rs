@@ -1,6 +1,6 @@
 //! Throughput of the hot paths on near-maximal messages (45 MiB of file data, base64 = 60 MiB).
 //!
-//! Run with `cargo test --release -p guestlink-protocol --test qga_throughput -- --nocapture` for the numbers;
+//! Run with `cargo test --release -p protocol --test qga_throughput -- --nocapture` for the numbers;
 //! the assertions are generous bounds so the test also holds in debug builds on a loaded machine.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 

@@ -56,7 +56,7 @@ fn start_agent(tag: &str) -> Option<(Agent, UnixStream)> {
         .arg("-t")
         .arg(dir.join("state"))
         .arg("-b")
-        .arg(guestlink_tests::agent::dangerous_list())
+        .arg(guestlink_tests::qga_agent::dangerous_list())
         .env("QGA_CONF", dir.join("none.conf"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -84,7 +84,7 @@ fn model(s: &mut JsonStreamer, input: &[u8]) -> Vec<u8> {
         s,
         input,
         |name| {
-            if guestlink_tests::agent::DANGEROUS.contains(&name) {
+            if guestlink_tests::qga_agent::DANGEROUS.contains(&name) {
                 Some(QgaError::disabled(name, None))
             } else if NOT_IN_7_2.contains(&name) {
                 Some(QgaError::not_found(name))

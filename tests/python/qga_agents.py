@@ -39,11 +39,11 @@ def qemu_ga_path():
 
 
 def guestlinkd_path(release=False):
-    """$GUESTLINKD, else build guestlink-daemon (once per process) and use target/{debug,release}/guestlinkd."""
+    """$GUESTLINKD, else build the guest-daemon package (once per process) and use target/{debug,release}/guestlinkd."""
     if os.environ.get("GUESTLINKD"):
         return os.environ["GUESTLINKD"]
     if release not in _built:
-        cmd = ["cargo", "build", "-p", "guestlink-daemon", "--bin", "guestlinkd"] + (["--release"] if release else [])
+        cmd = ["cargo", "build", "-p", "guest-daemon", "--bin", "guestlinkd"] + (["--release"] if release else [])
         subprocess.run(cmd, cwd=WORKSPACE, check=True)
         target = Path(os.environ.get("CARGO_TARGET_DIR", WORKSPACE / "target"))
         _built[release] = str(target / ("release" if release else "debug") / "guestlinkd")

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::agent::{target_dir, workspace_root};
+use crate::qga_agent::{target_dir, workspace_root};
 
 /// `$env` if set; else builds `bin` of `package` (debug) and returns `<target>/debug/<bin>`.
 pub fn workspace_binary(env: &[&str], package: &str, bin: &str) -> PathBuf {
@@ -30,7 +30,7 @@ pub fn workspace_binary(env: &[&str], package: &str, bin: &str) -> PathBuf {
 /// `guestlink` (`$GUESTLINK_BIN` or built).
 pub fn guestlink_path() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| workspace_binary(&["GUESTLINK_BIN"], "guestlink", "guestlink"))
+    P.get_or_init(|| workspace_binary(&["GUESTLINK_BIN"], "host", "guestlink"))
 }
 
 /// `guestlink-session` (`$GUESTLINK_SESSION` or `$GUESTLINK_SESSION_BIN`, or built).
@@ -39,7 +39,7 @@ pub fn session_path() -> &'static PathBuf {
     P.get_or_init(|| {
         workspace_binary(
             &["GUESTLINK_SESSION", "GUESTLINK_SESSION_BIN"],
-            "guestlink-session",
+            "guest-session",
             "guestlink-session",
         )
     })

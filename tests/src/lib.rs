@@ -4,7 +4,7 @@
 //! | module | what it gives a test |
 //! |---|---|
 //! | [`gate`] | whether a missing peer skips or fails (`GUESTLINK_REQUIRE_*`): the only skip logic |
-//! | [`agent`], [`client`], [`shape`] | qemu-ga / guestlinkd started safely (block list), a QGA client, reply shapes |
+//! | [`qga_agent`], [`client`], [`shape`] | qemu-ga / guestlinkd started safely (block list), a QGA client, reply shapes |
 //! | [`bins`] | the workspace binaries under test |
 //! | [`vm`] | the QEMU micro-VM (`tests/vm/`) |
 //! | [`session`], [`x11`], [`wayland`] | guestlink-session against Xvfb/Xorg or a headless compositor |
@@ -14,10 +14,10 @@
 // (the workspace denies unwrap/expect in every other library).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod agent;
 pub mod bins;
 pub mod client;
 pub mod gate;
+pub mod qga_agent;
 pub mod session;
 pub mod shape;
 pub mod spice;
@@ -25,12 +25,12 @@ pub mod vm;
 pub mod wayland;
 pub mod x11;
 
-pub use agent::{Agent, AgentKind};
 pub use client::{error_of, Client};
+pub use qga_agent::{QgaAgent, QgaAgentKind};
 
 /// Defines `mod $name { #[test] fn qemu_ga(); #[test] fn guestlinkd(); }`, both running `$body` with `$kind`
 /// bound to the agent kind, so each agent's result is reported separately
-/// (`cargo test -p guestlink-tests -- qemu_ga` runs only the reference).
+/// (`cargo test -p tests -- qemu_ga` runs only the reference).
 #[macro_export]
 macro_rules! both_agents {
     ($(#[$m:meta])* fn $name:ident($kind:ident) $body:block) => {
@@ -38,14 +38,14 @@ macro_rules! both_agents {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
-            fn run($kind: $crate::AgentKind) $body
+            fn run($kind: $crate::QgaAgentKind) $body
             #[test]
             fn qemu_ga() {
-                run($crate::AgentKind::QemuGa);
+                run($crate::QgaAgentKind::QemuGa);
             }
             #[test]
             fn guestlinkd() {
-                run($crate::AgentKind::Guestlinkd);
+                run($crate::QgaAgentKind::Guestlinkd);
             }
         }
     };

@@ -26,7 +26,7 @@ pub const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Which agent runs in the guest; the reference qemu-ga lacks guestlinkd's improvements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentKind {
+pub enum QgaAgentKind {
     /// Ours.
     Guestlinkd,
     /// Debian's qemu-ga.
@@ -39,7 +39,7 @@ pub struct VmEnv {
     /// The agent binary put into the guest.
     pub agent: PathBuf,
     /// Which agent it is.
-    pub kind: AgentKind,
+    pub kind: QgaAgentKind,
     /// `tests/vm/`: the launch and initramfs scripts.
     pub vm_dir: PathBuf,
 }
@@ -59,7 +59,7 @@ fn newest_kernel() -> Option<PathBuf> {
 }
 
 /// The guestlinkd built next to this test binary (target/<profile>/guestlinkd), or `GUESTLINK_VM_AGENT`.
-fn find_agent() -> Option<(PathBuf, AgentKind)> {
+fn find_agent() -> Option<(PathBuf, QgaAgentKind)> {
     if let Some(a) = std::env::var_os("GUESTLINK_VM_AGENT").filter(|a| !a.is_empty()) {
         let p = PathBuf::from(a);
         let p = if p.components().count() == 1 {
@@ -68,9 +68,9 @@ fn find_agent() -> Option<(PathBuf, AgentKind)> {
             p
         };
         let kind = if p.file_name().is_some_and(|n| n == "qemu-ga") {
-            AgentKind::QemuGa
+            QgaAgentKind::QemuGa
         } else {
-            AgentKind::Guestlinkd
+            QgaAgentKind::Guestlinkd
         };
         return p.is_file().then_some((p, kind));
     }
@@ -78,7 +78,7 @@ fn find_agent() -> Option<(PathBuf, AgentKind)> {
     // target/<profile>/deps/vm_qga-<hash> -> target/<profile>/guestlinkd
     let profile_dir = exe.parent()?.parent()?;
     let cand = profile_dir.join("guestlinkd");
-    cand.is_file().then_some((cand, AgentKind::Guestlinkd))
+    cand.is_file().then_some((cand, QgaAgentKind::Guestlinkd))
 }
 
 /// Returns the VM environment, or `None` after printing a loud SKIP (a panic under `GUESTLINK_REQUIRE_VM=1`).
@@ -100,8 +100,7 @@ pub fn gate(test: &str) -> Option<VmEnv> {
     let agent = find_agent();
     if agent.is_none() {
         missing.push(
-            "the agent binary (cargo build -p guestlink-daemon, or set GUESTLINK_VM_AGENT)"
-                .to_string(),
+            "the agent binary (cargo build -p guest-daemon, or set GUESTLINK_VM_AGENT)".to_string(),
         );
     }
     if missing.is_empty() {
@@ -132,7 +131,7 @@ pub fn qemu_ga_env(env: &VmEnv) -> Option<VmEnv> {
     match found {
         Some(agent) => Some(VmEnv {
             agent,
-            kind: AgentKind::QemuGa,
+            kind: QgaAgentKind::QemuGa,
             vm_dir: env.vm_dir.clone(),
         }),
         None => {

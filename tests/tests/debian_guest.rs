@@ -14,7 +14,7 @@
 //! loudly without them unless `GUESTLINK_REQUIRE_VM=1` (set by CI), which turns the skip into a failure.
 //! Takes about 4–7 min warm and 8–12 min cold (release build and debootstrap) on 2 cores.
 //!
-//! Run: `cargo test -p guestlink-tests --test debian_guest -- --nocapture`
+//! Run: `cargo test -p tests --test debian_guest -- --nocapture`
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::os::unix::process::CommandExt;

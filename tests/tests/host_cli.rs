@@ -2,7 +2,7 @@
 //! unix-listen sockets. Freeze/quiesce are not run here (never freeze this machine); their state machine is
 //! unit-tested in `host/src/quiesce.rs` and the real freeze belongs to the micro-VM suite.
 //!
-//! Run: `cargo test -p guestlink-tests --test host_cli` (`-- qemu_ga` / `-- guestlinkd` for one agent).
+//! Run: `cargo test -p tests --test host_cli` (`-- qemu_ga` / `-- guestlinkd` for one agent).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::io::{BufRead, BufReader, Write};
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::{both_agents, Agent, AgentKind};
+use guestlink_tests::{both_agents, QgaAgent, QgaAgentKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// `guestlink`: `$GUESTLINK_BIN`, else built once per test process with `cargo build -p guestlink`.
+/// `guestlink`: `$GUESTLINK_BIN`, else built once per test process with `cargo build -p host`.
 fn guestlink_bin() -> &'static PathBuf {
     guestlink_tests::bins::guestlink_path()
 }
@@ -72,8 +72,8 @@ fn json(sock: &Path, args: &[&str]) -> Value {
 }
 
 /// Starts `kind` and waits until it answers (then releases the single unix-listen client slot).
-fn start(kind: AgentKind) -> Option<Agent> {
-    let mut agent = Agent::start(kind, &[])?;
+fn start(kind: QgaAgentKind) -> Option<QgaAgent> {
+    let mut agent = QgaAgent::start(kind, &[])?;
     drop(agent.connect());
     Some(agent)
 }
@@ -176,8 +176,8 @@ both_agents!(
         assert_eq!(push["sha256"], sha256(&data));
         // guestlinkd's extensions (atomic rename, guest-side sha256) vs plain QGA (exec mv, read-back).
         let (placement, verified) = match kind {
-            AgentKind::Guestlinkd => ("rename", "guest-sha256"),
-            AgentKind::QemuGa => ("exec-mv", "reread"),
+            QgaAgentKind::Guestlinkd => ("rename", "guest-sha256"),
+            QgaAgentKind::QemuGa => ("exec-mv", "reread"),
         };
         assert_eq!(push["placement"], placement, "{push}");
         assert_eq!(push["verified"], verified, "{push}");
@@ -365,7 +365,7 @@ print(json.dumps(reply))
 
 #[test]
 fn domain_goes_through_virsh_qemu_agent_command() {
-    let Some(agent) = start(AgentKind::QemuGa) else {
+    let Some(agent) = start(QgaAgentKind::QemuGa) else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -435,7 +435,7 @@ fn domain_goes_through_virsh_qemu_agent_command() {
 /// guestlinkd streams exec output (guestlink-exec-read): the first line arrives while the process still runs.
 #[test]
 fn exec_streams_with_guestlinkd() {
-    let Some(agent) = start(AgentKind::Guestlinkd) else {
+    let Some(agent) = start(QgaAgentKind::Guestlinkd) else {
         return;
     };
     let t = Instant::now();
@@ -464,7 +464,7 @@ fn exec_streams_with_guestlinkd() {
 /// `--proxmox VMID` reaches `<dir>/VMID.qga` (dir overridden for the test) and works like a socket target.
 #[test]
 fn proxmox_target() {
-    let Some(agent) = start(AgentKind::QemuGa) else {
+    let Some(agent) = start(QgaAgentKind::QemuGa) else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

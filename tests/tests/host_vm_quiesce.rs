@@ -2,7 +2,7 @@
 //! micro-VM (never on this host). One VM boot; each step checks the guest ends up thawed:
 //! success (the guest writer stalls while CMD runs), CMD failure, timeout, SIGTERM to guestlink.
 //!
-//! Run: `cargo test -p guestlink-tests --test host_vm_quiesce` (skips loudly without QEMU/kernel/busybox unless
+//! Run: `cargo test -p tests --test host_vm_quiesce` (skips loudly without QEMU/kernel/busybox unless
 //! `GUESTLINK_REQUIRE_VM=1`; `GUESTLINK_VM_AGENT=qemu-ga` runs it against Debian's qemu-ga in the guest).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
@@ -17,7 +17,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
-/// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p guestlink`.
+/// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p host`.
 fn guestlink_bin() -> &'static PathBuf {
     guestlink_tests::bins::guestlink_path()
 }

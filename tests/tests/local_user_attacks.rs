@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use guestlink_tests::gate::{self, which, Gate};
-use guestlink_tests::{Agent, AgentKind};
+use guestlink_tests::{QgaAgent, QgaAgentKind};
 use serde_json::json;
 
 /// The attacker: `nobody`.
@@ -109,7 +109,7 @@ fn new_file_never_readable_by_a_watcher() {
         .tempdir()
         .expect("tempdir");
     chmod(shared.path(), 0o1777);
-    let mut agent = Agent::builder(AgentKind::Guestlinkd)
+    let mut agent = QgaAgent::builder(QgaAgentKind::Guestlinkd)
         .args(&["--file-mode", "0600"])
         .start()
         .expect("guestlinkd");
@@ -200,7 +200,7 @@ fn planted_symlink_at_old_state_temp_name_is_not_followed() {
     chmod(&statedir, 0o755);
     let victim = top.path().join("victim");
     std::fs::write(&victim, b"precious\n").expect("victim");
-    let mut agent = Agent::builder(AgentKind::Guestlinkd)
+    let mut agent = QgaAgent::builder(QgaAgentKind::Guestlinkd)
         .statedir(&statedir)
         .start()
         .expect("guestlinkd");

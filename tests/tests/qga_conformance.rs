@@ -1,26 +1,26 @@
 //! Every case of QEMU's `tests/unit/test-qga.c` (docs/protocol/qga.md#upstream-test-suite), run against qemu-ga
 //! (validating the test) and guestlinkd. The gaps beyond upstream's suite live in `qga_conformance_gaps.rs`.
 //!
-//! Run: `cargo test -p guestlink-tests --test qga_conformance` (`-- qemu_ga` / `-- guestlinkd` for one agent).
+//! Run: `cargo test -p tests --test qga_conformance` (`-- qemu_ga` / `-- guestlinkd` for one agent).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use guestlink_tests::agent::{dump_config, supports_allow_rpcs};
 use guestlink_tests::client::random_u32;
-use guestlink_tests::{both_agents, error_of, Agent, AgentKind, Client};
+use guestlink_tests::qga_agent::{dump_config, supports_allow_rpcs};
+use guestlink_tests::{both_agents, error_of, Client, QgaAgent, QgaAgentKind};
 use serde_json::{json, Value};
 
 /// Starts `kind` with extra args and connects; `None` = skipped (reference peer missing).
-fn setup(kind: AgentKind, args: &[&str]) -> Option<(Agent, Client)> {
-    let mut agent = Agent::start(kind, args)?;
+fn setup(kind: QgaAgentKind, args: &[&str]) -> Option<(QgaAgent, Client)> {
+    let mut agent = QgaAgent::start(kind, args)?;
     let client = agent.connect();
     Some((agent, client))
 }
 
-fn finish(agent: Agent, client: Client) {
+fn finish(agent: QgaAgent, client: Client) {
     drop(client);
     agent.stop();
 }
@@ -79,14 +79,14 @@ both_agents! {
         let version = info["version"].as_str().expect("version string");
         match kind {
             // upstream asserts version == QEMU_VERSION: the plain version, e.g. "7.2.22"
-            AgentKind::QemuGa => {
-                let out = std::process::Command::new(guestlink_tests::agent::qemu_ga_path().expect("qemu-ga"))
+            QgaAgentKind::QemuGa => {
+                let out = std::process::Command::new(guestlink_tests::qga_agent::qemu_ga_path().expect("qemu-ga"))
                     .arg("-V").output().expect("qemu-ga -V");
                 let text = String::from_utf8_lossy(&out.stdout).to_string();
-                assert!(text.contains(&format!("QEMU Guest Agent {version}")), "{text:?} vs {version}");
+                assert!(text.contains(&format!("QEMU Guest QgaAgent {version}")), "{text:?} vs {version}");
             }
             // deliberate: guestlinkd reports its own version, still a plain dotted number
-            AgentKind::Guestlinkd => assert!(
+            QgaAgentKind::Guestlinkd => assert!(
                 !version.is_empty() && version.split('.').all(|p| p.parse::<u32>().is_ok()),
                 "version {version:?}"
             ),
@@ -135,7 +135,7 @@ both_agents! {
         let info = c.ok("guest-info", None);
         let listed = info["supported_commands"].as_array().expect("list").iter().any(|e| e["name"] == "guest-get-load");
         // guest-get-load is new in QEMU 10.0: Debian's 7.2 lacks it; guestlinkd implements the latest schema.
-        assert_eq!(listed, kind == AgentKind::Guestlinkd, "guest-get-load listed");
+        assert_eq!(listed, kind == QgaAgentKind::Guestlinkd, "guest-get-load listed");
         if listed {
             let r = c.ok("guest-get-load", None);
             for k in ["load1m", "load5m", "load15m"] {
@@ -310,7 +310,7 @@ both_agents! {
             eprintln!("[n/a] {}: no -a/--allow-rpcs (added in QEMU 8.1)", kind.name());
             return;
         }
-        let Some(mut agent) = Agent::builder(kind).allow("guest-ping,guest-get-time").start() else { return };
+        let Some(mut agent) = QgaAgent::builder(kind).allow("guest-ping,guest-get-time").start() else { return };
         // everything outside the list is disabled, guest-sync-delimited and guest-info included (upstream
         // ga_command_is_allowed), so no 0xFF reset here
         let mut c = agent.connect_raw();
@@ -363,7 +363,7 @@ both_agents! {
         let Some((agent, mut c)) = setup(kind, &[]) else { return };
         let mut args = json!({"path": "bash", "arg": ["-c", ALTERNATE], "capture-output": "separated"});
         let mut r = c.call("guest-exec", Some(args.clone()));
-        if kind == AgentKind::QemuGa && error_of(&r).is_some_and(|(_, d)| d.contains("expected: boolean")) {
+        if kind == QgaAgentKind::QemuGa && error_of(&r).is_some_and(|(_, d)| d.contains("expected: boolean")) {
             // capture modes are new in 8.0; 7.2 has only the boolean (true ≡ "separated")
             args["capture-output"] = json!(true);
             r = c.call("guest-exec", Some(args));
@@ -380,7 +380,7 @@ both_agents! {
     fn guest_exec_merged(kind) {
         let Some((agent, mut c)) = setup(kind, &[]) else { return };
         let r = c.call("guest-exec", Some(json!({"path": "bash", "arg": ["-c", ALTERNATE], "capture-output": "merged"})));
-        if kind == AgentKind::QemuGa && error_of(&r).is_some_and(|(_, d)| d.contains("expected: boolean")) {
+        if kind == QgaAgentKind::QemuGa && error_of(&r).is_some_and(|(_, d)| d.contains("expected: boolean")) {
             eprintln!("[n/a] qemu-ga: capture-output modes need QEMU 8.0");
             finish(agent, c);
             return;
@@ -416,7 +416,7 @@ both_agents! {
         let dir = tempfile::tempdir().expect("tmp");
         let path = dir.path().join("os-release");
         std::fs::write(&path, OS_RELEASE).expect("write");
-        let Some(mut agent) = Agent::builder(kind).env("QGA_OS_RELEASE", path.to_str().expect("utf-8")).start() else { return };
+        let Some(mut agent) = QgaAgent::builder(kind).env("QGA_OS_RELEASE", path.to_str().expect("utf-8")).start() else { return };
         let mut c = agent.connect();
         let r = c.ok("guest-get-osinfo", None);
         let want = [("id", "qemu-ga-test"), ("name", "QEMU-GA"), ("pretty-name", "QEMU Guest Agent test"),

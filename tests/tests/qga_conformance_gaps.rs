@@ -2,25 +2,25 @@
 //! resets, limits, handle persistence, the 48 MiB read cap, exec truncation, the frozen allow-list, config-file
 //! block lists, guest-info, malformed requests and id echo. Each runs against qemu-ga and guestlinkd.
 //!
-//! Run: `cargo test -p guestlink-tests --test qga_conformance_gaps` (`-- qemu_ga` / `-- guestlinkd`).
+//! Run: `cargo test -p tests --test qga_conformance_gaps` (`-- qemu_ga` / `-- guestlinkd`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use guestlink_tests::agent::DANGEROUS;
-use guestlink_tests::{both_agents, error_of, Agent, AgentKind, Client};
+use guestlink_tests::qga_agent::DANGEROUS;
+use guestlink_tests::{both_agents, error_of, Client, QgaAgent, QgaAgentKind};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-fn setup(kind: AgentKind) -> Option<(Agent, Client)> {
-    let mut agent = Agent::start(kind, &[])?;
+fn setup(kind: QgaAgentKind) -> Option<(QgaAgent, Client)> {
+    let mut agent = QgaAgent::start(kind, &[])?;
     let client = agent.connect();
     Some((agent, client))
 }
 
-fn finish(agent: Agent, client: Client) {
+fn finish(agent: QgaAgent, client: Client) {
     drop(client);
     agent.stop();
 }
@@ -85,7 +85,7 @@ both_agents! {
     /// connections) or reset per unix connection; either is accepted, anything else fails, and the outcome is
     /// printed.
     fn parser_state_across_connections(kind) {
-        let Some(mut agent) = Agent::start(kind, &[]) else { return };
+        let Some(mut agent) = QgaAgent::start(kind, &[]) else { return };
         let mut a = agent.connect();
         a.send_raw(br#"{"execute":"guest-ping","id":"from-A","arguments":"#);
         drop(a);
@@ -94,9 +94,9 @@ both_agents! {
         let first = b.recv();
         let carried = first == json!({"return": {}, "id": "from-A"});
         match kind {
-            AgentKind::QemuGa => assert!(carried, "qemu-ga is known to carry parser state: {first}"),
-            AgentKind::Guestlinkd if carried => {}
-            AgentKind::Guestlinkd => {
+            QgaAgentKind::QemuGa => assert!(carried, "qemu-ga is known to carry parser state: {first}"),
+            QgaAgentKind::Guestlinkd if carried => {}
+            QgaAgentKind::Guestlinkd => {
                 assert_eq!(desc_of(&first), "QMP input lacks member 'execute'", "fresh parser: {first}");
                 assert_eq!(desc_of(&b.recv()), "JSON parse error, expecting value");
             }
@@ -160,13 +160,13 @@ both_agents! {
     /// Handles start at ≥ 1000, increase, and keep increasing across a restart on the same statedir.
     fn file_handles_persist(kind) {
         let state = tempfile::tempdir().expect("statedir");
-        let Some(mut agent) = Agent::builder(kind).statedir(state.path()).start() else { return };
+        let Some(mut agent) = QgaAgent::builder(kind).statedir(state.path()).start() else { return };
         let mut c = agent.connect();
         let h1 = c.ok("guest-file-open", Some(json!({"path": "/etc/hostname"}))).as_i64().expect("int");
         let h2 = c.ok("guest-file-open", Some(json!({"path": "/etc/hostname"}))).as_i64().expect("int");
         assert!(h1 >= 1000 && h2 > h1, "{h1} {h2}");
         finish(agent, c);
-        let mut agent = Agent::builder(kind).statedir(state.path()).start().expect("restart");
+        let mut agent = QgaAgent::builder(kind).statedir(state.path()).start().expect("restart");
         let mut c = agent.connect();
         let h3 = c.ok("guest-file-open", Some(json!({"path": "/etc/hostname"}))).as_i64().expect("int");
         assert!(h3 > h2, "handle after restart {h3} must exceed {h2}");
@@ -240,8 +240,8 @@ both_agents! {
     fn frozen_allow_list(kind) {
         // guestlinkd arms its auto-thaw watchdog (default 600 s) when it starts frozen: disable it so nothing
         // ever calls FITHAW on this host's filesystems.
-        let extra: &[&str] = if kind == AgentKind::Guestlinkd { &["--auto-thaw", "0"] } else { &[] };
-        let Some(mut agent) = Agent::builder(kind).frozen().args(extra).start() else { return };
+        let extra: &[&str] = if kind == QgaAgentKind::Guestlinkd { &["--auto-thaw", "0"] } else { &[] };
+        let Some(mut agent) = QgaAgent::builder(kind).frozen().args(extra).start() else { return };
         let mut c = agent.connect();
         assert_eq!(c.ok("guest-fsfreeze-status", None), json!("frozen"));
         c.ping();
@@ -269,12 +269,12 @@ both_agents! {
 both_agents! {
     /// The config file's list separator is a comma; a GLib-style `a;b` list silently blocks nothing.
     fn config_block_list_separator(kind) {
-        let Some(mut agent) = Agent::builder(kind).config("block-rpcs=guest-ping;guest-get-time\n").start() else { return };
+        let Some(mut agent) = QgaAgent::builder(kind).config("block-rpcs=guest-ping;guest-get-time\n").start() else { return };
         let mut c = agent.connect();
         c.ping();
         c.ok("guest-get-time", None);
         finish(agent, c);
-        let Some(mut agent) = Agent::builder(kind).config("block-rpcs=guest-ping,guest-get-time\n").start() else { return };
+        let Some(mut agent) = QgaAgent::builder(kind).config("block-rpcs=guest-ping,guest-get-time\n").start() else { return };
         let mut c = agent.connect();
         for cmd in ["guest-ping", "guest-get-time"] {
             let (class, desc) = c.err(cmd, None);
@@ -485,11 +485,11 @@ both_agents! {
         use std::os::unix::fs::PermissionsExt;
         let mode_of = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
         let cases: &[(&[&str], u32)] = match kind {
-            AgentKind::QemuGa => &[(&[], 0o666)],
-            AgentKind::Guestlinkd => &[(&[], 0o600), (&["--file-mode", "0666"], 0o666)],
+            QgaAgentKind::QemuGa => &[(&[], 0o666)],
+            QgaAgentKind::Guestlinkd => &[(&[], 0o600), (&["--file-mode", "0666"], 0o666)],
         };
         for (args, want) in cases {
-            let Some(mut agent) = Agent::start(kind, args) else { return };
+            let Some(mut agent) = QgaAgent::start(kind, args) else { return };
             let mut c = agent.connect();
             let path = agent.scratch().join("created");
             let h = c.ok("guest-file-open", Some(json!({"path": path.to_str().expect("utf-8"), "mode": "w"})));
@@ -542,11 +542,12 @@ fn config_dump_matches_reference() {
         ],
     ];
     for args in arg_sets {
-        let Some(reference) = guestlink_tests::agent::dump_config(AgentKind::QemuGa, "", args)
+        let Some(reference) =
+            guestlink_tests::qga_agent::dump_config(QgaAgentKind::QemuGa, "", args)
         else {
             return;
         };
-        let ours = guestlink_tests::agent::dump_config(AgentKind::Guestlinkd, "", args)
+        let ours = guestlink_tests::qga_agent::dump_config(QgaAgentKind::Guestlinkd, "", args)
             .expect("guestlinkd -D");
         assert!(
             ours.status.success(),
@@ -580,11 +581,11 @@ fn config_dump_matches_reference() {
 both_agents! {
     /// A `-D` dump fed back as the config file reproduces the configuration (here: guest-ping blocked).
     fn config_dump_roundtrip(kind) {
-        let Some(out) = guestlink_tests::agent::dump_config(kind, "", &["-b", "guest-ping"]) else { return };
+        let Some(out) = guestlink_tests::qga_agent::dump_config(kind, "", &["-b", "guest-ping"]) else { return };
         assert!(out.status.success());
         let dump = String::from_utf8(out.stdout).expect("utf-8");
         let body = dump.strip_prefix("[general]\n").expect("dump starts with [general]");
-        let mut agent = Agent::builder(kind).config(body).start().expect("start with the dumped config");
+        let mut agent = QgaAgent::builder(kind).config(body).start().expect("start with the dumped config");
         let mut c = agent.connect();
         let (class, desc) = c.err("guest-ping", None);
         assert_eq!((class.as_str(), desc.as_str()), ("CommandNotFound", "Command guest-ping has been disabled"));
@@ -598,7 +599,7 @@ both_agents! {
     /// write without a leading 0xFF; the reply must be `\xff<sync reply>\n<command reply>\n`. libvirt's framing:
     /// plain guest-sync with a millisecond timestamp id (beyond 32 bits).
     fn host_client_framings(kind) {
-        let Some(mut agent) = Agent::start(kind, &[]) else { return };
+        let Some(mut agent) = QgaAgent::start(kind, &[]) else { return };
         drop(agent.connect());
         for seq in 1..=3 {
             let mut c = Client::connect(&agent.sock, Duration::from_secs(10)).expect("connect");

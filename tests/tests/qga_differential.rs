@@ -2,13 +2,13 @@
 //! present/absent recursively, JSON types), error classes must match, and error texts must match where they are
 //! fixed texts. Values that legitimately differ (times, pids, handles, temp paths) are not compared.
 //!
-//! Run: `cargo test -p guestlink-tests --test qga_differential -- --nocapture` (prints a readable diff).
+//! Run: `cargo test -p tests --test qga_differential -- --nocapture` (prints a readable diff).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use std::time::{Duration, Instant};
 
 use guestlink_tests::shape::shape_diff;
-use guestlink_tests::{error_of, Agent, AgentKind};
+use guestlink_tests::{error_of, QgaAgent, QgaAgentKind};
 use serde_json::{json, Value};
 
 /// How two replies are compared.
@@ -486,8 +486,8 @@ impl Vars {
 }
 
 /// Runs the corpus on one agent; one (request sent, normalised reply) per case.
-fn run_corpus(kind: AgentKind) -> Option<Vec<(String, Value)>> {
-    let mut agent = Agent::start(kind, &[])?;
+fn run_corpus(kind: QgaAgentKind) -> Option<Vec<(String, Value)>> {
+    let mut agent = QgaAgent::start(kind, &[])?;
     let mut c = agent.connect();
     let mut vars = Vars {
         dir: agent.scratch().to_str().expect("utf-8").to_string(),
@@ -578,11 +578,11 @@ fn strip_keys(v: &mut Value) {
 fn differential_corpus() {
     let cases = corpus();
     assert!(cases.len() >= 60, "corpus has {} requests", cases.len());
-    let Some(reference) = run_corpus(AgentKind::QemuGa) else {
+    let Some(reference) = run_corpus(QgaAgentKind::QemuGa) else {
         return;
     };
     // validate the corpus against the reference: every Shape/Exact success case really succeeded etc.
-    let mut ours = run_corpus(AgentKind::Guestlinkd).expect("guestlinkd");
+    let mut ours = run_corpus(QgaAgentKind::Guestlinkd).expect("guestlinkd");
     ours.iter_mut().for_each(|(_, reply)| strip_keys(reply));
     let mut mismatches = 0;
     for ((name, _, cmp), ((sent, a), (_, b))) in cases.iter().zip(reference.iter().zip(ours.iter()))
@@ -609,7 +609,7 @@ fn differential_corpus() {
 
 #[test]
 fn corpus_is_valid_against_the_reference() {
-    let Some(reference) = run_corpus(AgentKind::QemuGa) else {
+    let Some(reference) = run_corpus(QgaAgentKind::QemuGa) else {
         return;
     };
     for ((name, _, cmp), (sent, reply)) in corpus().iter().zip(reference.iter()) {

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use guestlink_tests::agent::{Agent, AgentKind};
 use guestlink_tests::gate::{self, Gate};
+use guestlink_tests::qga_agent::{QgaAgent, QgaAgentKind};
 use serde_json::{json, Value};
 
 /// The unprivileged uid/gid the attacker runs as.
@@ -47,7 +47,7 @@ fn attack_tools() -> Option<()> {
 
 /// guestlinkd with both sides, and the world-reachable directory of its session socket.
 struct Target {
-    agent: Agent,
+    agent: QgaAgent,
     session_socket: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -61,7 +61,7 @@ fn start_target() -> Target {
     let session_socket = dir.path().join("session.sock");
     let port = dir.path().join("spice-port.sock");
     let uinput = dir.path().join("uinput");
-    let agent = Agent::builder(AgentKind::Guestlinkd)
+    let agent = QgaAgent::builder(QgaAgentKind::Guestlinkd)
         .args(&[
             "--spice-path",
             port.to_str().unwrap(),
@@ -376,7 +376,7 @@ fn spice_side_runs_without_a_qga_port() {
     }
     let dir = tempfile::tempdir().unwrap();
     let session_socket = dir.path().join("session.sock");
-    let mut cmd = Command::new(guestlink_tests::agent::guestlinkd_path());
+    let mut cmd = Command::new(guestlink_tests::qga_agent::guestlinkd_path());
     cmd.arg("--spice-path")
         .arg(dir.path().join("spice-port.sock"))
         .arg("--session-socket")

@@ -3,7 +3,7 @@
 //! source's volume and mute, as `pactl` reads them back, follow the messages of a fake guestlinkd, and a
 //! host peer's AUDIO_VOLUME_SYNC through a real guestlinkd (which announces the capability).
 //!
-//! Run: `cargo test -p guestlink-tests --test session_audio` (needs pulseaudio, pulseaudio-utils; listed in
+//! Run: `cargo test -p tests --test session_audio` (needs pulseaudio, pulseaudio-utils; listed in
 //! `.ci/apt.d/session.txt`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 

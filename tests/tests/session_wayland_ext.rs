@@ -3,7 +3,7 @@
 //! (wlroots got it in 0.19, KWin in Plasma 6), so this compositor plays the selection broker and the guest
 //! applications: it "copies" (sets a selection it serves itself) and "pastes" (asks the current source to send).
 //!
-//! Run: `cargo test -p guestlink-tests --test session_wayland_ext`. Needs nothing outside Rust.
+//! Run: `cargo test -p tests --test session_wayland_ext`. Needs nothing outside Rust.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;

@@ -3,7 +3,7 @@
 //! is empty, so the agent must not wait for one. Resize is not tested: the virtual output has one mode and
 //! kde_output_management_v2 v3 has no custom modes (docs/wayland.md).
 //!
-//! Run: `cargo test -p guestlink-tests --test session_wayland_kwin` (needs kwin-wayland, dbus, wl-clipboard).
+//! Run: `cargo test -p tests --test session_wayland_kwin` (needs kwin-wayland, dbus, wl-clipboard).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;

@@ -3,7 +3,7 @@
 //! dbus-daemon), checked with `gdbus call … GetCurrentState`. Headless mutter has a single-mode virtual monitor,
 //! so it cannot show a resize (see docs/wayland.md).
 //!
-//! Run: `cargo test -p guestlink-tests --test session_wayland_mutter` (needs mutter, Xvfb, dbus-daemon, gdbus).
+//! Run: `cargo test -p tests --test session_wayland_mutter` (needs mutter, Xvfb, dbus-daemon, gdbus).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::wayland as support;

@@ -1,7 +1,7 @@
 //! guestlink-session's native Wayland backend against a real headless sway 1.7 (zwlr-data-control v2,
 //! zwlr-output-management v2), checked with wl-copy/wl-paste and swaymsg, driven by a fake guestlinkd.
 //!
-//! Run: `cargo test -p guestlink-tests --test session_wayland_sway -- --nocapture` (needs sway, wl-clipboard;
+//! Run: `cargo test -p tests --test session_wayland_sway -- --nocapture` (needs sway, wl-clipboard;
 //! as root also setpriv: sway refuses to run as root, so the harness runs it as uid 65534).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 

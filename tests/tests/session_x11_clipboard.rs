@@ -3,7 +3,7 @@
 //! Host → guest: a GRAB makes the agent own the selection; `xclip -o` pastes, the agent asks the fake daemon for
 //! the data and serves it (INCR for 16 MiB). Guest → host: `xclip -i` owns the selection; the agent sends a GRAB
 //! and answers REQUESTs with the data (INCR read for 16 MiB), honours the max-clipboard cap and sends a RELEASE
-//! when the owner goes away. Run: `cargo test -p guestlink-tests --test session_x11_clipboard`.
+//! when the owner goes away. Run: `cargo test -p tests --test session_x11_clipboard`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::x11 as support;

@@ -1,6 +1,6 @@
 //! guestlink-session against a real Xvfb, driven by a fake guestlinkd: RandR resize from monitors configs,
 //! received files (conflicts, traversal, cancel, incomplete transfers, free space), the single-instance guard and
-//! reconnection. Run: `cargo test -p guestlink-tests --test session_x11_desktop`.
+//! reconnection. Run: `cargo test -p tests --test session_x11_desktop`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::x11 as support;

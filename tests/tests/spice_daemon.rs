@@ -5,7 +5,7 @@
 //! chunks), routing both ways, file transfer rules, MOUSE_STATE → `--uinput-fake` events, and the hostile
 //! messages of docs/protocol/vdagent.md#hostile-input (the daemon survives, reopens the port and keeps serving).
 //!
-//! Run: `cargo test -p guestlink-tests --test spice_daemon`.
+//! Run: `cargo test -p tests --test spice_daemon`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
@@ -19,7 +19,7 @@ use guestlink_protocol::vdagent::{
     encode_message, Capability, ChunkMode, ClipboardType, FileXferData, FileXferDetail,
     FileXferResult, FileXferStart, Message, MessageType, Port, Selection,
 };
-use guestlink_tests::agent::guestlinkd_path;
+use guestlink_tests::qga_agent::guestlinkd_path;
 use spice_common::daemon_peers::*;
 
 #[test]
@@ -37,7 +37,7 @@ fn spice_gtk_replay_routing_and_file_rules() {
         &std::fs::metadata(s.session_socket()).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o666, "session socket mode");
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     let caps = host.handshake();
@@ -252,7 +252,7 @@ fn spice_gtk_replay_routing_and_file_rules() {
 #[test]
 fn hostile_messages_and_mouse() {
     let mut s = Setup::start();
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();
@@ -370,7 +370,7 @@ fn hostile_messages_and_mouse() {
     still_serving(&mut host);
 
     // A second agent for the same (logind-less) session is refused.
-    let mut second = Agent::connect(&s.session_socket());
+    let mut second = SessionAgent::connect(&s.session_socket());
     second.expect("refusal", |m| match m {
         SessionMessage::Error { code, .. } => Some(code.clone()),
         _ => None,
@@ -405,7 +405,7 @@ fn file_byte(id: u32, i: usize) -> u8 {
 }
 
 /// START of transfer `id` (`size` bytes) from the host, answered CAN_SEND_DATA by the agent.
-fn begin_transfer(host: &mut Host, agent: &mut Agent, id: u32, size: usize) {
+fn begin_transfer(host: &mut Host, agent: &mut SessionAgent, id: u32, size: usize) {
     host.send(
         Port::Client,
         &Message::FileXferStart(FileXferStart {
@@ -434,7 +434,7 @@ fn begin_transfer(host: &mut Host, agent: &mut Agent, id: u32, size: usize) {
 /// messages (`piece` bytes each) to the port; the thread returns whether it wrote everything, and sets `done`.
 fn start_transfer(
     host: &mut Host,
-    agent: &mut Agent,
+    agent: &mut SessionAgent,
     id: u32,
     size: usize,
     piece: usize,
@@ -462,7 +462,7 @@ fn start_transfer(
 }
 
 /// Reads FileXferData of transfer `id` until `upto` bytes have arrived in total, checking every byte.
-fn agent_read_data(agent: &mut Agent, id: u32, got: &mut usize, upto: usize) {
+fn agent_read_data(agent: &mut SessionAgent, id: u32, got: &mut usize, upto: usize) {
     while *got < upto {
         let data = agent.expect("xfer data", |m| match m {
             SessionMessage::FileXferData { id: i, data } if *i == id => Some(data.clone()),
@@ -494,7 +494,7 @@ fn slow_agent_gets_backpressure_and_a_stuck_one_is_dropped() {
     const SIZE: usize = 8 << 20;
     const PIECE: usize = 8 * 1024;
     let mut s = Setup::start_with(&[("GUESTLINKD_SPICE_AGENT_STALL_MS", &STALL_MS.to_string())]);
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();
@@ -559,7 +559,7 @@ fn huge_data_messages_for_a_stalled_agent_stay_within_the_queue_budget() {
     const MSG: usize = 32 << 20;
     const COUNT: usize = 8;
     let mut s = Setup::start();
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();

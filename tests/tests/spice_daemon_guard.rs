@@ -6,7 +6,7 @@
 //! - after a port reset, the newest capabilities decide the wire format (issue 18 bug 1);
 //! - PRIMARY never reaches a client without CLIPBOARD_SELECTION (issue 18 bug 2).
 //!
-//! Run: `cargo test -p guestlink-tests --test spice_daemon_guard`.
+//! Run: `cargo test -p tests --test spice_daemon_guard`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
@@ -81,7 +81,7 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
     );
 
     // The real agent (root here) is accepted, becomes active and the port opens.
-    let mut agent = Agent::connect(&socket);
+    let mut agent = SessionAgent::connect(&socket);
     agent.hello_and_geometry();
     let mut host = Host::accept(&listener);
     host.handshake();
@@ -98,7 +98,7 @@ fn no_logind_refuses_other_uids_and_the_real_agent_still_works() {
 #[test]
 fn after_a_port_reset_the_newest_capabilities_govern_the_wire() {
     let s = Setup::start();
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();
@@ -122,7 +122,7 @@ fn after_a_port_reset_the_newest_capabilities_govern_the_wire() {
 #[test]
 fn primary_never_reaches_a_legacy_client() {
     let s = Setup::start();
-    let mut agent = Agent::connect(&s.session_socket());
+    let mut agent = SessionAgent::connect(&s.session_socket());
     agent.hello_and_geometry();
     let mut host = Host::accept(&s.listener);
     check_primary_never_reaches_a_legacy_client(&mut host, &mut agent);

@@ -12,7 +12,7 @@
 //! A "not offered" check sends a MONITORS_CONFIG behind the grab: guestlinkd handles the port in order, so a
 //! forwarded grab would reach the agent before the monitors config does.
 //!
-//! Run: `cargo test -p guestlink-tests --test spice_daemon_lock`. Needs dbus-daemon (.ci/apt.d/spice.txt).
+//! Run: `cargo test -p tests --test spice_daemon_lock`. Needs dbus-daemon (.ci/apt.d/spice.txt).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
@@ -28,7 +28,7 @@ use guestlink_protocol::vdagent::{
     ClipboardType, FileXferResult, FileXferStart, Message, MessageType, Port, Selection,
 };
 use spice_common::daemon_peers::{
-    is_reply_ok, monitors, send_raw, status_of, Agent, Daemon, Host, TIMEOUT,
+    is_reply_ok, monitors, send_raw, status_of, Daemon, Host, SessionAgent, TIMEOUT,
 };
 
 /// How long a guest grab gets to (wrongly) reach the host while the clipboard is blocked.
@@ -41,7 +41,7 @@ struct Rig {
     dir: tempfile::TempDir,
     daemon: Daemon,
     host: Host,
-    agent: Agent,
+    agent: SessionAgent,
 }
 
 fn rig(session: FakeSessionSpec) -> Option<Rig> {
@@ -58,7 +58,7 @@ fn rig(session: FakeSessionSpec) -> Option<Rig> {
         .spawn()
         .expect("start guestlinkd");
     let daemon = Daemon(child);
-    let mut agent = Agent::connect(&socket);
+    let mut agent = SessionAgent::connect(&socket);
     let id = agent.expect("hello", |m| match m {
         SessionMessage::Hello { session_id, .. } => Some(session_id.clone()),
         _ => None,

@@ -8,7 +8,7 @@
 //! complete, the attacker's connection must be closed by guestlinkd, and its fd count must not grow. Before the
 //! fix the port stayed unread for the 30 s stall timeout and the attacker's connection was never closed.
 //!
-//! Run: `cargo test -p guestlink-tests --test spice_daemon_nonactive` (as root: the attacker drops to uid
+//! Run: `cargo test -p tests --test spice_daemon_nonactive` (as root: the attacker drops to uid
 //! 65534 with setpriv). Needs dbus-daemon, python3 and setpriv (.ci/apt.d/spice.txt).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use fake_logind::{FakeLogind, FakeSessionSpec};
 use guestlink_protocol::session::{self, SessionMessage};
 use guestlink_protocol::vdagent::{ClipboardType, Message, MessageType, Port, Selection};
-use spice_common::daemon_peers::{send_raw, Agent, Daemon, Host, TIMEOUT};
+use spice_common::daemon_peers::{send_raw, Daemon, Host, SessionAgent, TIMEOUT};
 
 /// The unprivileged attacker.
 const NOBODY: u32 = 65534;
@@ -138,7 +138,7 @@ fn mouse_reaches_uinput(
 
 /// The host grabs the clipboard, the active agent requests it, the host's data arrives: within
 /// [`CLIPBOARD_DEADLINE`].
-fn host_clipboard_round_trip(host: &mut Host, agent: &mut Agent, serial: u32) -> Duration {
+fn host_clipboard_round_trip(host: &mut Host, agent: &mut SessionAgent, serial: u32) -> Duration {
     let t0 = Instant::now();
     host.send(
         Port::Client,
@@ -230,7 +230,7 @@ fn a_non_active_agent_flooding_clipboard_requests_never_stalls_the_desktop() {
     let mut daemon = Daemon(child);
     let daemon_pid = daemon.0.id();
 
-    let mut agent = Agent::connect(&socket);
+    let mut agent = SessionAgent::connect(&socket);
     let session_id = agent.expect("hello", |m| match m {
         SessionMessage::Hello { session_id, .. } => Some(session_id.clone()),
         _ => None,

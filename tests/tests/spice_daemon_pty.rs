@@ -10,7 +10,7 @@
 //! The host end is bridged to a socketpair so the same `Host` peer as the socket tests decodes it; the bridge
 //! only copies bytes (EIO while the slave is closed is waited out, as QEMU's pty chardev does).
 //!
-//! Run: `cargo test -p guestlink-tests --test spice_daemon_pty`.
+//! Run: `cargo test -p tests --test spice_daemon_pty`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
@@ -110,7 +110,7 @@ fn start(port: &PtyPort) -> (tempfile::TempDir, Daemon) {
 fn after_a_pty_port_reset_the_newest_capabilities_govern_the_wire() {
     let port = pty_port();
     let (dir, mut daemon) = start(&port);
-    let mut agent = Agent::connect(&dir.path().join("session.sock"));
+    let mut agent = SessionAgent::connect(&dir.path().join("session.sock"));
     agent.hello_and_geometry();
     let mut host = host_on(&port);
     host.handshake();
@@ -135,7 +135,7 @@ fn after_a_pty_port_reset_the_newest_capabilities_govern_the_wire() {
 fn primary_never_reaches_a_legacy_client_over_a_pty() {
     let port = pty_port();
     let (dir, mut daemon) = start(&port);
-    let mut agent = Agent::connect(&dir.path().join("session.sock"));
+    let mut agent = SessionAgent::connect(&dir.path().join("session.sock"));
     agent.hello_and_geometry();
     let mut host = host_on(&port);
     check_primary_never_reaches_a_legacy_client(&mut host, &mut agent);

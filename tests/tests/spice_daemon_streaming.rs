@@ -8,7 +8,7 @@
 //! CLIPBOARD); an agent that leaves or stalls in the middle of a streamed answer (the port is reset and reopened,
 //! the host never gets a wrong CLIPBOARD); non-clipboard frames above the 64 KiB agent frame cap.
 //!
-//! Run: `cargo build -p guestlink-daemon && cargo test -p guestlink-tests --test spice_daemon_streaming`.
+//! Run: `cargo build -p guest-daemon && cargo test -p tests --test spice_daemon_streaming`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;
@@ -49,15 +49,15 @@ fn sha(data: &[u8]) -> Vec<u8> {
 
 /// A guestlinkd with an agent that reported its geometry and a host that did the handshake; returns the
 /// capabilities of the daemon's hello too.
-fn session_with(env: &[(&str, &str)]) -> (Setup, Agent, Host, Vec<String>) {
+fn session_with(env: &[(&str, &str)]) -> (Setup, SessionAgent, Host, Vec<String>) {
     let s = Setup::start_with(env);
     let (agent, host, caps) = new_agent_and_port(&s);
     (s, agent, host, caps)
 }
 
 /// A new agent (hello, geometry), then the port the daemon opens for it, with the spice-gtk handshake.
-fn new_agent_and_port(s: &Setup) -> (Agent, Host, Vec<String>) {
-    let mut agent = Agent::connect(&s.session_socket());
+fn new_agent_and_port(s: &Setup) -> (SessionAgent, Host, Vec<String>) {
+    let mut agent = SessionAgent::connect(&s.session_socket());
     let caps = agent.hello_caps_and_geometry();
     let mut host = Host::accept(&s.listener);
     host.handshake();
@@ -68,7 +68,7 @@ fn new_agent_and_port(s: &Setup) -> (Agent, Host, Vec<String>) {
 }
 
 /// The guest grabs CLIPBOARD, the host requests it and the agent sees the request.
-fn grab_and_request(host: &mut Host, agent: &mut Agent) {
+fn grab_and_request(host: &mut Host, agent: &mut SessionAgent) {
     agent.send(&SessionMessage::ClipboardGrab {
         selection: Selection::Clipboard,
         types: vec![ClipboardType::Utf8Text],
@@ -80,7 +80,7 @@ fn grab_and_request(host: &mut Host, agent: &mut Agent) {
 }
 
 /// The host requests `selection` as text; the agent sees the request.
-fn request(host: &mut Host, agent: &mut Agent, selection: Selection) {
+fn request(host: &mut Host, agent: &mut SessionAgent, selection: Selection) {
     host.send(
         Port::Client,
         &Message::ClipboardRequest {
@@ -107,7 +107,7 @@ fn host_clipboard(host: &mut Host) -> (Selection, ClipboardType, Vec<u8>) {
 }
 
 /// The agent answers the pending request with `text`; the host must get exactly it (`what` names the case).
-fn answer_arrives(host: &mut Host, agent: &mut Agent, text: &[u8], what: &str) {
+fn answer_arrives(host: &mut Host, agent: &mut SessionAgent, text: &[u8], what: &str) {
     agent.send(&SessionMessage::ClipboardData {
         selection: Selection::Clipboard,
         data_type: ClipboardType::Utf8Text,
@@ -153,7 +153,7 @@ fn host_until_eof(host: &mut Host, what: &str) -> Vec<Message> {
 }
 
 /// Whether the agent's connection reaches EOF (the daemon dropped it) within `within`.
-fn agent_sees_eof(agent: &mut Agent, within: Duration) -> bool {
+fn agent_sees_eof(agent: &mut SessionAgent, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     let mut buf = vec![0u8; 65536];
     while Instant::now() < deadline {
@@ -189,7 +189,7 @@ fn sealed() -> SealFlag {
 }
 
 /// Sends `bytes` on the agent's socket in one sendmsg, with `fds` passed as SCM_RIGHTS.
-fn send_with_fds(agent: &Agent, bytes: &[u8], fds: &[RawFd]) {
+fn send_with_fds(agent: &SessionAgent, bytes: &[u8], fds: &[RawFd]) {
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
     let n = sendmsg::<()>(
@@ -422,7 +422,7 @@ fn hostile_descriptors_disconnect_the_agent() {
 
 /// Streams the first `part` bytes of a 16 MiB ClipboardData frame from `agent`, and waits until they reached the
 /// host (so the answer is streaming and the daemon got all that was sent).
-fn start_partial_answer(host: &mut Host, agent: &mut Agent, part: usize) {
+fn start_partial_answer(host: &mut Host, agent: &mut SessionAgent, part: usize) {
     grab_and_request(host, agent);
     let frame = session::encode(&SessionMessage::ClipboardData {
         selection: Selection::Clipboard,

@@ -5,7 +5,7 @@
 //! the other end as a character device).
 //!
 //! Needs xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
-//! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_full_stack`.
+//! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p tests --test spice_full_stack`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;

@@ -8,7 +8,7 @@
 //! port while host clients come and go.
 //!
 //! Needs spice-vdagent, xvfb, xclip, x11-xserver-utils (.ci/apt.d/spice.txt); missing peers skip loudly unless
-//! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p guestlink-tests --test spice_host_vdagent`.
+//! GUESTLINK_REQUIRE_PEERS is set. Run: `cargo test -p tests --test spice_host_vdagent`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test target: unwrap is how a set-up step fails
 
 use guestlink_tests::spice as spice_common;

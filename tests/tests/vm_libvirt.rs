@@ -196,7 +196,7 @@ fn count_in(text: &str, prefix: &str) -> u64 {
         .unwrap_or_else(|| panic!("no '{prefix} N' in: {text}"))
 }
 
-/// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p guestlink`.
+/// `guestlink`: `$GUESTLINK_BIN`, else built once with `cargo build -p host`.
 fn guestlink_bin() -> &'static PathBuf {
     guestlink_tests::bins::guestlink_path()
 }

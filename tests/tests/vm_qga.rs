@@ -11,7 +11,7 @@
 
 use guestlink_tests::vm as harness;
 
-use harness::{AgentKind, Qga, Vm, REPLY_TIMEOUT};
+use harness::{Qga, QgaAgentKind, Vm, REPLY_TIMEOUT};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -398,7 +398,7 @@ fn vm_freeze_lifecycle() {
     let Some(env) = harness::gate("vm_freeze_lifecycle") else {
         return;
     };
-    let glink = env.kind == AgentKind::Guestlinkd;
+    let glink = env.kind == QgaAgentKind::Guestlinkd;
     let mut vm = Vm::boot(&env, "");
     vm.wait_agent_port_open();
     let mut q = vm.qga();
@@ -646,7 +646,7 @@ fn vm_fs_lists_match_qemu_ga() {
     let Some(env) = harness::gate("vm_fs_lists_match_qemu_ga") else {
         return;
     };
-    if env.kind == AgentKind::QemuGa {
+    if env.kind == QgaAgentKind::QemuGa {
         eprintln!("[vm] GUESTLINK_VM_AGENT=qemu-ga: nothing to compare qemu-ga with, skipped");
         return;
     }

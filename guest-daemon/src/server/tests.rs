@@ -84,22 +84,22 @@ impl TestCore for Core {
 
 /// Fake handlers for the others (guest-shutdown and guest-suspend-* must never really run here).
 #[derive(Debug, Default)]
-struct FakeBackend {
+struct FakeHandlers {
     seen: Arc<Mutex<Vec<String>>>,
 }
 
-impl FakeBackend {
+impl FakeHandlers {
     fn saw(&self, name: &str) {
         self.seen.lock().unwrap().push(name.to_owned());
     }
 }
 
-impl Outcome for FakeBackend {
+impl Outcome for FakeHandlers {
     type Output = Output;
     type Error = CommandError;
 }
 
-impl TestHandlers for FakeBackend {
+impl TestHandlers for FakeHandlers {
     async fn guest_get_time(&self) -> Answer {
         self.saw("guest-get-time");
         Ok(json!(1234).into())
@@ -137,7 +137,7 @@ impl TestHandlers for FakeBackend {
 struct Fx {
     _dir: tempfile::TempDir,
     seen: Arc<Mutex<Vec<String>>>,
-    d: Dispatcher<FakeBackend, TestCommand>,
+    d: Dispatcher<FakeHandlers, TestCommand>,
 }
 
 fn fx(policy: Policy, start_frozen: bool) -> Fx {
@@ -163,9 +163,9 @@ fn fx(policy: Policy, start_frozen: bool) -> Fx {
         Arc::new(|_| {}),
     )
     .unwrap();
-    let backend = FakeBackend::default();
-    let seen = Arc::clone(&backend.seen);
-    let d = Dispatcher::new(backend, freezer, policy, "9.9.9".into());
+    let handlers = FakeHandlers::default();
+    let seen = Arc::clone(&handlers.seen);
+    let d = Dispatcher::new(handlers, freezer, policy, "9.9.9".into());
     assert_eq!(TEST_COMMANDS.len(), 15);
     Fx { _dir: dir, seen, d }
 }

@@ -11,7 +11,9 @@
 pub mod chardev;
 pub mod listen;
 
+use std::fmt;
 use std::io;
+use std::str::FromStr;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -21,12 +23,78 @@ pub const NO_HOST_BACKOFF: Duration = Duration::from_millis(100);
 /// qemu-ga's `-r` retry interval (`QGA_RETRY_INTERVAL`).
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Where the QGA channel comes from: qemu-ga's `-m`/`method=`, plus `none` (guestlinkd only: no QGA channel, the
+/// SPICE side alone). Parsed once, when the configuration is resolved; nothing later compares method names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// A virtio-serial port (the default; path `/dev/virtio-ports/org.qemu.guest_agent.0`).
+    VirtioSerial,
+    /// A serial line (path `/dev/ttyS0`), set to raw mode.
+    IsaSerial,
+    /// A unix socket we listen on (`-p` required).
+    UnixListen,
+    /// A vsock we listen on (`-p <cid>:<port>` required).
+    VsockListen,
+    /// No QGA channel (guestlinkd only; needs `--spice-path`).
+    None,
+}
+
+impl Method {
+    /// The name on the command line and in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::VirtioSerial => "virtio-serial",
+            Method::IsaSerial => "isa-serial",
+            Method::UnixListen => "unix-listen",
+            Method::VsockListen => "vsock-listen",
+            Method::None => "none",
+        }
+    }
+
+    /// The channel path used when none is given (qemu-ga's defaults for the serial methods).
+    pub fn default_path(self) -> Option<&'static str> {
+        match self {
+            Method::VirtioSerial => Some("/dev/virtio-ports/org.qemu.guest_agent.0"),
+            Method::IsaSerial => Some("/dev/ttyS0"),
+            Method::UnixListen | Method::VsockListen | Method::None => None,
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown method name.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid channel method: {0}")]
+pub struct BadMethod(pub String);
+
+impl FromStr for Method {
+    type Err = BadMethod;
+
+    fn from_str(s: &str) -> Result<Self, BadMethod> {
+        [
+            Method::VirtioSerial,
+            Method::IsaSerial,
+            Method::UnixListen,
+            Method::VsockListen,
+            Method::None,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| BadMethod(s.to_owned()))
+    }
+}
+
 /// A transport set-up or fatal I/O error.
 #[derive(Debug, Error)]
 pub enum TransportError {
-    /// The method name is unknown.
-    #[error("invalid channel method: {0}")]
-    BadMethod(String),
+    /// `-m none` has no channel to open.
+    #[error("method 'none' has no QGA channel")]
+    NoChannel,
     /// A listen method without `-p`.
     #[error("the {0} method requires a path (-p)")]
     MissingPath(&'static str),
@@ -92,7 +160,7 @@ pub fn parse_vsock_addr(s: &str) -> Result<(u32, u32), TransportError> {
 /// Open the channel for `method`/`path` (the socket-activation fd, when given, wins like in qemu-ga).
 /// `vsock_allow` lists the peer CIDs a vsock listener accepts (see [`listen::PeerFilter`]).
 pub fn open(
-    method: &str,
+    method: Method,
     path: Option<&str>,
     activation: Option<std::os::fd::OwnedFd>,
     vsock_allow: &[u32],
@@ -104,23 +172,23 @@ pub fn open(
         )?));
     }
     match method {
-        "virtio-serial" | "isa-serial" => {
+        Method::VirtioSerial | Method::IsaSerial => {
             let path = path.ok_or(TransportError::MissingPath("serial"))?;
             Ok(Channel::Chardev(chardev::Chardev::open(
                 path.as_ref(),
-                method == "isa-serial",
+                method == Method::IsaSerial,
             )?))
         }
-        "unix-listen" => {
+        Method::UnixListen => {
             let path = path.ok_or(TransportError::MissingPath("unix-listen"))?;
             Ok(Channel::Listen(listen::Listen::unix(path.as_ref())?))
         }
-        "vsock-listen" => {
+        Method::VsockListen => {
             let path = path.ok_or(TransportError::MissingPath("vsock-listen"))?;
             let (cid, port) = parse_vsock_addr(path)?;
             Ok(Channel::Listen(listen::Listen::vsock(cid, port, filter)?))
         }
-        other => Err(TransportError::BadMethod(other.to_owned())),
+        Method::None => Err(TransportError::NoChannel),
     }
 }
 
@@ -137,14 +205,36 @@ mod tests {
     }
 
     #[test]
-    fn bad_method() {
+    fn method_names_round_trip_and_unknown_ones_are_refused() {
+        for name in [
+            "virtio-serial",
+            "isa-serial",
+            "unix-listen",
+            "vsock-listen",
+            "none",
+        ] {
+            let m: Method = name.parse().unwrap();
+            assert_eq!(m.to_string(), name);
+        }
+        assert_eq!(
+            "carrier-pigeon".parse::<Method>(),
+            Err(BadMethod("carrier-pigeon".into()))
+        );
+        assert_eq!(
+            "carrier-pigeon".parse::<Method>().unwrap_err().to_string(),
+            "invalid channel method: carrier-pigeon"
+        );
+    }
+
+    #[test]
+    fn listen_methods_need_a_path() {
         assert!(matches!(
-            open("carrier-pigeon", Some("/x"), None, &[]),
-            Err(TransportError::BadMethod(_))
+            open(Method::UnixListen, None, None, &[]),
+            Err(TransportError::MissingPath(_))
         ));
         assert!(matches!(
-            open("unix-listen", None, None, &[]),
-            Err(TransportError::MissingPath(_))
+            open(Method::None, None, None, &[]),
+            Err(TransportError::NoChannel)
         ));
     }
 }

@@ -173,7 +173,7 @@ impl Host {
 
 /// The in-test session agent.
 #[derive(Debug)]
-pub struct Agent {
+pub struct SessionAgent {
     /// The session socket.
     pub s: UnixStream,
     /// Frames read so far.
@@ -182,9 +182,9 @@ pub struct Agent {
     pub queue: std::collections::VecDeque<SessionMessage>,
 }
 
-impl Agent {
+impl SessionAgent {
     /// Connects to guestlinkd's session socket at `path`.
-    pub fn connect(path: &Path) -> Agent {
+    pub fn connect(path: &Path) -> SessionAgent {
         let deadline = Instant::now() + TIMEOUT;
         let s = loop {
             match UnixStream::connect(path) {
@@ -197,7 +197,7 @@ impl Agent {
         };
         s.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
-        Agent {
+        SessionAgent {
             s,
             dec: FrameDecoder::new(),
             queue: Default::default(),
@@ -251,7 +251,7 @@ impl Agent {
         self.hello_caps_and_geometry();
     }
 
-    /// Like [`Agent::hello_and_geometry`]; returns the capabilities listed in the daemon's hello.
+    /// Like [`SessionAgent::hello_and_geometry`]; returns the capabilities listed in the daemon's hello.
     pub fn hello_caps_and_geometry(&mut self) -> Vec<String> {
         let caps = self.expect("hello", |m| match m {
             SessionMessage::Hello { capabilities, .. } => Some(capabilities.clone()),

@@ -217,7 +217,7 @@ impl FakeLogind {
     /// fake's bus as the system bus.
     pub fn guestlinkd(&self, dir: &Path, port: &Path, session_socket: &Path) -> Command {
         std::fs::create_dir_all(dir.join("state")).unwrap();
-        let mut cmd = Command::new(crate::agent::guestlinkd_path());
+        let mut cmd = Command::new(crate::qga_agent::guestlinkd_path());
         cmd.args(["-m", "none", "--foreground"])
             .arg("-t")
             .arg(dir.join("state"))

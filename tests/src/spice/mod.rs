@@ -32,7 +32,7 @@ pub fn session_bin() -> &'static PathBuf {
 /// in `dir/state` (created here) and the fake uinput at `dir/uinput`, serving `port` and `session_socket`.
 pub fn guestlinkd_spice(dir: &Path, port: &Path, session_socket: &Path) -> Command {
     std::fs::create_dir_all(dir.join("state")).unwrap();
-    let mut cmd = Command::new(crate::agent::guestlinkd_path());
+    let mut cmd = Command::new(crate::qga_agent::guestlinkd_path());
     cmd.args(["-m", "none", "--foreground", "--no-logind"])
         .arg("-t")
         .arg(dir.join("state"))

@@ -9,7 +9,7 @@ use guestlink_protocol::vdagent::{
     Capabilities, ClipboardType, Message, Port, Selection, WireFormat,
 };
 
-use super::daemon_peers::{Agent, Host, SPICE_GTK_CAPS};
+use super::daemon_peers::{Host, SessionAgent, SPICE_GTK_CAPS};
 
 /// One raw vdagent chunk (port, size) holding one message header (protocol 1, `msg_type`, opaque 0) and `payload`,
 /// written by hand so that a test can send what the codec would refuse to encode.
@@ -57,7 +57,7 @@ pub fn malformed_burst() -> Vec<u8> {
 /// After a reset in which guestlinkd announced `ours` with request=1: a fresh client answers with spice-gtk's caps
 /// (CLIPBOARD_SELECTION, GRAB_SERIAL) and grabs. The agent must get that grab, and the agent's request must reach
 /// the host with the selection prefix (`Host` decodes with the negotiated format: a legacy 4-byte request fails).
-pub fn check_newest_caps_govern(host: &mut Host, agent: &mut Agent, ours: &Capabilities) {
+pub fn check_newest_caps_govern(host: &mut Host, agent: &mut SessionAgent, ours: &Capabilities) {
     let client = Capabilities::from_words(&[SPICE_GTK_CAPS]);
     host.send(
         Port::Client,
@@ -105,7 +105,7 @@ pub fn check_newest_caps_govern(host: &mut Host, agent: &mut Agent, ours: &Capab
 
 /// Issue 18 bug 2, from a freshly opened port: a client announcing spice-gtk's caps without CLIPBOARD_SELECTION (6)
 /// and GRAB_SERIAL (17) gets no grab when the guest's PRIMARY changes; the CLIPBOARD grab that follows crosses.
-pub fn check_primary_never_reaches_a_legacy_client(host: &mut Host, agent: &mut Agent) {
+pub fn check_primary_never_reaches_a_legacy_client(host: &mut Host, agent: &mut SessionAgent) {
     let (_, m) = host.recv();
     let Message::AnnounceCapabilities { caps: ours, .. } = m else {
         panic!("first message is not ANNOUNCE_CAPABILITIES: {m:?}");

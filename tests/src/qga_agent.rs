@@ -39,22 +39,22 @@ pub fn dangerous_list() -> String {
 
 /// Which agent implementation a test drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentKind {
+pub enum QgaAgentKind {
     /// The reference: Debian's `qemu-ga`.
     QemuGa,
-    /// Ours: `guestlinkd` from the `guestlink-daemon` package.
+    /// Ours: `guestlinkd` from the `guest-daemon` package.
     Guestlinkd,
 }
 
-impl AgentKind {
+impl QgaAgentKind {
     /// Both agents, reference first.
-    pub const ALL: [AgentKind; 2] = [AgentKind::QemuGa, AgentKind::Guestlinkd];
+    pub const ALL: [QgaAgentKind; 2] = [QgaAgentKind::QemuGa, QgaAgentKind::Guestlinkd];
 
     /// A short name for messages.
     pub fn name(self) -> &'static str {
         match self {
-            AgentKind::QemuGa => "qemu-ga",
-            AgentKind::Guestlinkd => "guestlinkd",
+            QgaAgentKind::QemuGa => "qemu-ga",
+            QgaAgentKind::Guestlinkd => "guestlinkd",
         }
     }
 }
@@ -68,9 +68,9 @@ pub fn qemu_ga_path() -> Option<PathBuf> {
 }
 
 /// Returns the binary for `kind`, or `None` (after a loud message) when the reference peer is missing and allowed to be.
-pub fn binary(kind: AgentKind) -> Option<PathBuf> {
+pub fn binary(kind: QgaAgentKind) -> Option<PathBuf> {
     match kind {
-        AgentKind::QemuGa => match qemu_ga_path() {
+        QgaAgentKind::QemuGa => match qemu_ga_path() {
             Some(p) => Some(p),
             None => {
                 crate::gate::skip(
@@ -80,7 +80,7 @@ pub fn binary(kind: AgentKind) -> Option<PathBuf> {
                 None
             }
         },
-        AgentKind::Guestlinkd => Some(guestlinkd_path().clone()),
+        QgaAgentKind::Guestlinkd => Some(guestlinkd_path().clone()),
     }
 }
 
@@ -100,19 +100,19 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// `guestlinkd`: `$GUESTLINKD` as given, else `cargo build -p guestlink-daemon` (once per test process, so the
+/// `guestlinkd`: `$GUESTLINKD` as given, else `cargo build -p guest-daemon` (once per test process, so the
 /// binary is never stale) and `<target>/debug/guestlinkd`.
 pub fn guestlinkd_path() -> &'static PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        crate::bins::workspace_binary(&["GUESTLINKD"], "guestlink-daemon", "guestlinkd")
+        crate::bins::workspace_binary(&["GUESTLINKD"], "guest-daemon", "guestlinkd")
     })
 }
 
-/// What to start: built with [`Agent::builder`].
+/// What to start: built with [`QgaAgent::builder`].
 #[derive(Debug)]
-pub struct AgentBuilder {
-    kind: AgentKind,
+pub struct QgaAgentBuilder {
+    kind: QgaAgentKind,
     args: Vec<String>,
     allow: Option<String>,
     config: String,
@@ -121,7 +121,7 @@ pub struct AgentBuilder {
     env: Vec<(String, String)>,
 }
 
-impl AgentBuilder {
+impl QgaAgentBuilder {
     /// Extra command-line arguments.
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|s| s.to_string()));
@@ -155,7 +155,7 @@ impl AgentBuilder {
     }
 
     /// Starts the agent, or returns `None` when the reference peer is missing (after a loud message).
-    pub fn start(self) -> Option<Agent> {
+    pub fn start(self) -> Option<QgaAgent> {
         let bin = binary(self.kind)?;
         let dir = tempfile::Builder::new()
             .prefix("guestlink-qga-")
@@ -181,7 +181,7 @@ impl AgentBuilder {
             None => args.extend(["-b".to_string(), dangerous_list()]),
         }
         fs::write(&conf, &conf_text).expect("write config");
-        if self.kind == AgentKind::Guestlinkd {
+        if self.kind == QgaAgentKind::Guestlinkd {
             args.extend(["-c".to_string(), conf.display().to_string()]);
         }
         args.extend(self.args.iter().cloned());
@@ -205,7 +205,7 @@ impl AgentBuilder {
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        Some(Agent {
+        Some(QgaAgent {
             kind: self.kind,
             child,
             sock,
@@ -219,11 +219,11 @@ impl AgentBuilder {
     }
 }
 
-/// A running agent; killed on drop if [`Agent::stop`] was not called.
+/// A running agent; killed on drop if [`QgaAgent::stop`] was not called.
 #[derive(Debug)]
-pub struct Agent {
+pub struct QgaAgent {
     /// Which implementation this is.
-    pub kind: AgentKind,
+    pub kind: QgaAgentKind,
     child: Child,
     /// The unix socket it listens on.
     pub sock: PathBuf,
@@ -236,10 +236,10 @@ pub struct Agent {
     dir: tempfile::TempDir,
 }
 
-impl Agent {
+impl QgaAgent {
     /// A builder for `kind`.
-    pub fn builder(kind: AgentKind) -> AgentBuilder {
-        AgentBuilder {
+    pub fn builder(kind: QgaAgentKind) -> QgaAgentBuilder {
+        QgaAgentBuilder {
             kind,
             args: Vec::new(),
             allow: None,
@@ -250,16 +250,16 @@ impl Agent {
         }
     }
     /// Starts `kind` with extra arguments (`None`: reference peer missing, test skipped).
-    pub fn start(kind: AgentKind, extra_args: &[&str]) -> Option<Agent> {
+    pub fn start(kind: QgaAgentKind, extra_args: &[&str]) -> Option<QgaAgent> {
         Self::builder(kind).args(extra_args).start()
     }
     /// Starts qemu-ga (`None`: not installed, test skipped).
-    pub fn qemu_ga(extra_args: &[&str]) -> Option<Agent> {
-        Self::start(AgentKind::QemuGa, extra_args)
+    pub fn qemu_ga(extra_args: &[&str]) -> Option<QgaAgent> {
+        Self::start(QgaAgentKind::QemuGa, extra_args)
     }
     /// Starts guestlinkd.
-    pub fn guestlinkd(extra_args: &[&str]) -> Agent {
-        Self::start(AgentKind::Guestlinkd, extra_args).expect("guestlinkd always starts")
+    pub fn guestlinkd(extra_args: &[&str]) -> QgaAgent {
+        Self::start(QgaAgentKind::Guestlinkd, extra_args).expect("guestlinkd always starts")
     }
 
     /// A scratch directory private to this agent (removed with it).
@@ -356,7 +356,7 @@ impl Agent {
                 self.stderr()
             );
         }
-        if self.kind == AgentKind::QemuGa {
+        if self.kind == QgaAgentKind::QemuGa {
             std::thread::sleep(Duration::from_millis(200));
         }
         kill(pid, Signal::SIGTERM).expect("SIGTERM");
@@ -371,10 +371,10 @@ impl Agent {
                 let _ = kill(pid, Signal::SIGKILL);
                 let _ = self.child.wait();
                 match self.kind {
-                    AgentKind::QemuGa => {
+                    QgaAgentKind::QemuGa => {
                         eprintln!("warning: qemu-ga hung on SIGTERM (known deadlock), killed");
                     }
-                    AgentKind::Guestlinkd => {
+                    QgaAgentKind::Guestlinkd => {
                         panic!("guestlinkd did not exit within 10 s of SIGTERM")
                     }
                 }
@@ -383,7 +383,7 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
+impl Drop for QgaAgent {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
@@ -393,13 +393,13 @@ impl Drop for Agent {
 }
 
 /// Runs `<agent> -D` (dump config and exit) with `conf` as the config file; never connects anywhere.
-pub fn dump_config(kind: AgentKind, conf: &str, args: &[&str]) -> Option<Output> {
+pub fn dump_config(kind: QgaAgentKind, conf: &str, args: &[&str]) -> Option<Output> {
     let bin = binary(kind)?;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("test-qga-config");
     fs::write(&path, conf).expect("write config");
     let mut cmd = Command::new(bin);
-    if kind == AgentKind::Guestlinkd {
+    if kind == QgaAgentKind::Guestlinkd {
         cmd.arg("-c").arg(&path);
     }
     let out = cmd
@@ -413,14 +413,14 @@ pub fn dump_config(kind: AgentKind, conf: &str, args: &[&str]) -> Option<Output>
 }
 
 /// Whether this agent understands `-a/--allow-rpcs` (qemu-ga ≥ 8.1; Debian 12 ships 7.2).
-pub fn supports_allow_rpcs(kind: AgentKind) -> bool {
+pub fn supports_allow_rpcs(kind: QgaAgentKind) -> bool {
     match (kind, binary(kind)) {
-        (AgentKind::Guestlinkd, _) => true,
-        (AgentKind::QemuGa, Some(bin)) => Command::new(bin)
+        (QgaAgentKind::Guestlinkd, _) => true,
+        (QgaAgentKind::QemuGa, Some(bin)) => Command::new(bin)
             .arg("--help")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).contains("allow-rpcs"))
             .unwrap_or(false),
-        (AgentKind::QemuGa, None) => false,
+        (QgaAgentKind::QemuGa, None) => false,
     }
 }
