@@ -4,14 +4,17 @@
 //! clipboard changes, applies monitor configurations and reports the resulting geometry. Calls never block: a
 //! backend queues work on its own thread (or task) and answers through [`BackendEvent`]s on the channel it was
 //! created with. Implementations: X11 ([`x11`]), native Wayland ([`wayland`]: data-control clipboard,
-//! wlr-output-management / kscreen-doctor resize) and GNOME ([`wayland::GnomeBackend`]: X11 clipboard on Xwayland +
-//! Mutter DisplayConfig).
+//! wlr-output-management resize, or KDE's kscreen-doctor from [`kde`]) and GNOME ([`gnome`]: X11 clipboard on
+//! Xwayland + Mutter DisplayConfig). [`follow_preferred`] is the preferred-mode policy all of them share.
 //!
 //! Choice ([`select`], by capability, see [`detect`] and docs/wayland.md): on Wayland the native backend when the
 //! compositor has data-control, GNOME's pair under GNOME; else `$DISPLAY` set → X11 (also under Xwayland);
 //! otherwise a [`null::NullBackend`] that keeps file transfers working and answers every clipboard request empty.
 
 pub mod detect;
+pub mod follow_preferred;
+pub mod gnome;
+pub mod kde;
 pub mod null;
 pub mod wayland;
 pub(crate) mod worker;
@@ -180,7 +183,7 @@ pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
             Ok((None, plan)) => {
                 tracing::info!(?plan, "no native Wayland backend: {}", plan.why);
                 if plan.resize == detect::ResizeBackend::MutterDisplayConfig {
-                    if let Some(b) = wayland::gnome(events.clone(), &plan) {
+                    if let Some(b) = gnome::start(events.clone(), &plan) {
                         return b;
                     }
                 }

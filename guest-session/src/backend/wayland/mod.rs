@@ -9,13 +9,8 @@
 
 mod clipboard;
 mod data_control;
-pub(crate) mod follow_preferred;
 mod io;
-mod kde;
-mod mutter;
 mod output;
-
-pub use mutter::{GnomeBackend, MutterResize};
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -34,7 +29,7 @@ use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::Zxd
 
 use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
 use super::worker::{wake_pair, Command, ThreadBackend, Worker};
-use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use super::{follow_preferred, kde, BackendEvent, BackendFeatures, EventSender};
 use data_control::Manager;
 
 /// The state owned by the Wayland thread.
@@ -347,41 +342,4 @@ impl ReleaseIfPossible for wayland_client::protocol::wl_output::WlOutput {
             self.release();
         }
     }
-}
-
-/// GNOME (no data-control): Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `plan` says
-/// so (its RandR geometry is filtered out: mutter's layout is the one reported). `None` when DisplayConfig does not
-/// answer (the caller falls back to X11 alone).
-pub fn gnome(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>> {
-    let resize = match MutterResize::start(events.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("Mutter DisplayConfig unavailable: {e:#}");
-            return None;
-        }
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let forward = events.clone();
-    tokio::spawn(async move {
-        while let Some(ev) = rx.recv().await {
-            if !matches!(ev, BackendEvent::Geometry(_)) && forward.send(ev).is_err() {
-                return;
-            }
-        }
-    });
-    let clipboard: Box<dyn DesktopBackend> = match plan.clipboard {
-        ClipboardBackend::X11 => match super::x11::start(tx.clone()) {
-            Ok(b) => Box::new(b),
-            Err(e) => {
-                tracing::warn!("X11 clipboard on Xwayland failed to start: {e:#}");
-                Box::new(super::null::NullBackend::new(tx))
-            }
-        },
-        _ => Box::new(super::null::NullBackend::new(tx)),
-    };
-    tracing::info!(
-        clipboard = clipboard.name(),
-        "backend gnome: Mutter DisplayConfig resize"
-    );
-    Some(Box::new(GnomeBackend::new(clipboard, resize)))
 }

@@ -119,7 +119,7 @@ pub(crate) struct X11 {
     read: read::ReadState,
     randr: Option<randr::RandrState>,
     last_geometry: Option<Vec<GeometryMonitor>>,
-    follow: crate::backend::wayland::follow_preferred::Follower,
+    follow: crate::backend::follow_preferred::Follower,
 }
 
 impl X11 {
@@ -177,7 +177,7 @@ impl X11 {
             read: read::ReadState::default(),
             randr,
             last_geometry: None,
-            follow: crate::backend::wayland::follow_preferred::Follower::from_env(),
+            follow: crate::backend::follow_preferred::Follower::from_env(),
         })
     }
 
