@@ -2,7 +2,7 @@
 //!
 //! A backend owns the clipboard selections (CLIPBOARD and PRIMARY) on behalf of the host, reports the guest's own
 //! clipboard changes, applies monitor configurations and reports the resulting geometry. Calls never block: a
-//! backend queues work on its own thread (or task) and answers through [`BackendEvent`]s on the channel it was
+//! backend queues work on its own thread (or task) and answers through [`DesktopEvent`]s on the channel it was
 //! created with. Implementations: X11 ([`x11`]), native Wayland ([`wayland`]: data-control clipboard,
 //! wlr-output-management resize, or KDE's kscreen-doctor from [`kde`]) and GNOME ([`gnome`]: X11 clipboard on
 //! Xwayland + Mutter DisplayConfig). [`follow_preferred`] is the preferred-mode policy all of them share.
@@ -11,6 +11,7 @@
 //! compositor has data-control, GNOME's pair under GNOME; else `$DISPLAY` set → X11 (also under Xwayland);
 //! otherwise a [`null::NullBackend`] that keeps file transfers working and answers every clipboard request empty.
 
+mod clipboard_data;
 pub mod detect;
 pub mod follow_preferred;
 pub mod gnome;
@@ -20,70 +21,71 @@ pub mod wayland;
 pub(crate) mod worker;
 pub mod x11;
 
-use std::fs::File;
-use std::sync::Arc;
-
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// What a backend tells the daemon connection (and so the host).
-/// Clipboard data in a memfd filled by a backend ([`BackendEvent::ClipboardFile`]); equal when it is the same
-/// file.
-#[derive(Debug, Clone)]
-pub struct ClipboardMemfd {
-    /// The memfd, written from offset 0.
-    pub file: Arc<File>,
-    /// Bytes written.
-    pub len: usize,
-}
+pub use clipboard_data::ClipboardMemfd;
 
-impl PartialEq for ClipboardMemfd {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.file, &other.file) && self.len == other.len
-    }
-}
+/// Hard cap on clipboard data read from guest applications, below the session frame limit.
+pub const HARD_MAX_CLIPBOARD: usize = 64 * 1024 * 1024 - 64 * 1024;
 
-impl Eq for ClipboardMemfd {}
-
-impl ClipboardMemfd {
-    /// A new, empty memfd that can be sealed once filled.
-    pub fn create_file() -> std::io::Result<File> {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
-        let fd = memfd_create(
-            c"guestlink-clipboard",
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-        )?;
-        Ok(File::from(fd))
-    }
-
-    /// A memfd holding `data`.
-    pub fn from_bytes(data: &[u8]) -> std::io::Result<Self> {
-        use std::io::Write;
-        let mut file = Self::create_file()?;
-        file.write_all(data)?;
-        Ok(Self {
-            file: Arc::new(file),
-            len: data.len(),
-        })
-    }
-
-    /// Seals the memfd against any change (what guestlinkd checks before reading it) and returns a descriptor
-    /// of it to pass.
-    pub fn seal_and_share(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-        use std::os::fd::AsFd;
-        let seals = SealFlag::F_SEAL_SHRINK
-            | SealFlag::F_SEAL_GROW
-            | SealFlag::F_SEAL_WRITE
-            | SealFlag::F_SEAL_SEAL;
-        fcntl(&*self.file, FcntlArg::F_ADD_SEALS(seals))?;
-        self.file.as_fd().try_clone_to_owned()
-    }
-}
-
+/// What the daemon connection asks of the desktop backend (one variant per operation; each backend's
+/// `command` match handles every one). Answers come back as [`DesktopEvent`]s.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendEvent {
+pub enum DesktopCommand {
+    /// The host owns `selection` with `types`: take the guest selection on its behalf.
+    ClipboardGrab {
+        /// Selection.
+        selection: Selection,
+        /// Offered vdagent types.
+        types: Vec<ClipboardType>,
+    },
+    /// The host wants the guest's `selection` as `data_type`: answer with [`DesktopEvent::ClipboardData`] (or
+    /// [`DesktopEvent::ClipboardFile`]).
+    ClipboardRequest {
+        /// Selection.
+        selection: Selection,
+        /// Wanted type.
+        data_type: ClipboardType,
+    },
+    /// The host's answer to a [`DesktopEvent::ClipboardRequest`] (`ClipboardType::None` + empty = nothing).
+    ClipboardData {
+        /// Selection.
+        selection: Selection,
+        /// Type of `data`.
+        data_type: ClipboardType,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The host released `selection`: drop the guest selection if it is still held for the host.
+    ClipboardRelease {
+        /// Selection.
+        selection: Selection,
+    },
+    /// Drop every selection held for the host (client or daemon gone).
+    ReleaseHostSelections,
+    /// The largest clipboard payload to read from guest applications (`None` = [`HARD_MAX_CLIPBOARD`]).
+    MaxClipboard(Option<usize>),
+    /// Apply a monitors config (indexed by display id, w = h = 0 disabled); the result comes back as
+    /// [`DesktopEvent::Geometry`].
+    ApplyMonitors {
+        /// `VD_AGENT_CONFIG_MONITORS_FLAG_*`.
+        flags: u32,
+        /// The monitors.
+        monitors: Vec<SessionMonitor>,
+    },
+    /// Report the current geometry ([`DesktopEvent::Geometry`]) and re-announce guest-owned selections (after a
+    /// reconnect to the daemon).
+    Resync,
+    /// Report the geometry again (the X11 backend only if it changed): the display id → output map changed
+    /// ([`crate::display_map`]), or a resize finished on another thread (KDE's kscreen-doctor).
+    ReportGeometry,
+}
+
+/// What a backend tells the daemon connection (and so the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DesktopEvent {
     /// A guest application owns `selection` now and offers `types`.
     ClipboardGrab {
         /// Selection.
@@ -98,7 +100,7 @@ pub enum BackendEvent {
         /// Wanted type.
         data_type: ClipboardType,
     },
-    /// The answer to [`DesktopBackend::clipboard_request`] (`ClipboardType::None` + empty = nothing).
+    /// The answer to [`DesktopCommand::ClipboardRequest`] (`ClipboardType::None` + empty = nothing).
     ClipboardData {
         /// Selection.
         selection: Selection,
@@ -107,7 +109,7 @@ pub enum BackendEvent {
         /// The bytes.
         data: Vec<u8>,
     },
-    /// Like [`BackendEvent::ClipboardData`], with the data collected straight into a memfd (the X11 INCR path:
+    /// Like [`DesktopEvent::ClipboardData`], with the data collected straight into a memfd (the X11 INCR path:
     /// each chunk is written as it arrives, so the copy overlaps the transfer instead of following it).
     ClipboardFile {
         /// Selection.
@@ -124,7 +126,7 @@ pub enum BackendEvent {
     },
     /// The desktop layout (after a monitors config, a foreign change, or on request).
     Geometry(Vec<GeometryMonitor>),
-    /// The backend stopped (display connection lost); the agent exits.
+    /// The backend stopped (display connection lost); the session agent exits.
     Fatal(String),
 }
 
@@ -139,36 +141,18 @@ pub struct BackendFeatures {
     pub resize: bool,
 }
 
-/// The interface every desktop backend implements. All calls are non-blocking requests.
+/// The interface every desktop backend implements.
 pub trait DesktopBackend: std::fmt::Debug + Send {
-    /// Short name for logs ("x11", "none").
+    /// Short name for logs ("x11", "wayland", "gnome", "none").
     fn name(&self) -> &'static str;
     /// Supported features.
     fn features(&self) -> BackendFeatures;
-    /// The host owns `selection` with `types`: take the guest selection on its behalf.
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>);
-    /// The host wants the guest's `selection` as `data_type`: answer with [`BackendEvent::ClipboardData`].
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType);
-    /// The host's answer to a [`BackendEvent::ClipboardRequest`].
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>);
-    /// The host released `selection`: drop the guest selection if it is still held for the host.
-    fn clipboard_release(&self, selection: Selection);
-    /// Drops every selection held for the host (client or daemon gone).
-    fn release_host_selections(&self);
-    /// The largest clipboard payload to read from guest applications (`None` = backend default).
-    fn set_max_clipboard(&self, max: Option<usize>);
-    /// Applies a monitors config (indexed by display id, w = h = 0 disabled); the result comes back as
-    /// [`BackendEvent::Geometry`].
-    fn apply_monitors(&self, flags: u32, monitors: Vec<SessionMonitor>);
-    /// Reports the current geometry ([`BackendEvent::Geometry`]) and re-announces guest-owned selections
-    /// (after a reconnect to the daemon).
-    fn resync(&self);
-    /// The display id → output map changed ([`crate::display_map`]): report the geometry with the new ids.
-    fn displays_remapped(&self) {}
+    /// Queues `cmd`; never blocks. Results come back as [`DesktopEvent`]s on the backend's [`EventSender`].
+    fn command(&self, cmd: DesktopCommand);
 }
 
 /// Events channel a backend reports on.
-pub type EventSender = UnboundedSender<BackendEvent>;
+pub type EventSender = UnboundedSender<DesktopEvent>;
 
 /// Picks the backend from the environment and starts it. Logs what was chosen and why.
 pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {

@@ -4,11 +4,8 @@
 
 mod mutter;
 
-use guestlink_protocol::session::SessionMonitor;
-use guestlink_protocol::vdagent::{ClipboardType, Selection};
-
 use super::detect::{ClipboardBackend, Plan};
-use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use super::{BackendFeatures, DesktopBackend, DesktopCommand, DesktopEvent, EventSender};
 pub use mutter::MutterResize;
 
 /// GNOME (no data-control): Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `plan` says
@@ -26,7 +23,7 @@ pub fn start(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>
     let forward = events.clone();
     tokio::spawn(async move {
         while let Some(ev) = rx.recv().await {
-            if !matches!(ev, BackendEvent::Geometry(_)) && forward.send(ev).is_err() {
+            if !matches!(ev, DesktopEvent::Geometry(_)) && forward.send(ev).is_err() {
                 return;
             }
         }
@@ -73,32 +70,20 @@ impl DesktopBackend for GnomeBackend {
             ..self.clipboard.features()
         }
     }
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>) {
-        self.clipboard.clipboard_grab(selection, types);
-    }
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType) {
-        self.clipboard.clipboard_request(selection, data_type);
-    }
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>) {
-        self.clipboard.clipboard_data(selection, data_type, data);
-    }
-    fn clipboard_release(&self, selection: Selection) {
-        self.clipboard.clipboard_release(selection);
-    }
-    fn release_host_selections(&self) {
-        self.clipboard.release_host_selections();
-    }
-    fn set_max_clipboard(&self, max: Option<usize>) {
-        self.clipboard.set_max_clipboard(max);
-    }
-    fn apply_monitors(&self, _flags: u32, monitors: Vec<SessionMonitor>) {
-        self.resize.apply(monitors);
-    }
-    fn resync(&self) {
-        self.clipboard.resync();
-        self.resize.report();
-    }
-    fn displays_remapped(&self) {
-        self.resize.report();
+    fn command(&self, cmd: DesktopCommand) {
+        match cmd {
+            DesktopCommand::ApplyMonitors { monitors, .. } => self.resize.apply(monitors),
+            DesktopCommand::Resync => {
+                self.clipboard.command(DesktopCommand::Resync);
+                self.resize.report();
+            }
+            DesktopCommand::ReportGeometry => self.resize.report(),
+            DesktopCommand::ClipboardGrab { .. }
+            | DesktopCommand::ClipboardRequest { .. }
+            | DesktopCommand::ClipboardData { .. }
+            | DesktopCommand::ClipboardRelease { .. }
+            | DesktopCommand::ReleaseHostSelections
+            | DesktopCommand::MaxClipboard(_) => self.clipboard.command(cmd),
+        }
     }
 }

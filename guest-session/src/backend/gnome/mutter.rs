@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use zbus::zvariant::{OwnedValue, Value};
 
 use crate::backend::follow_preferred::{keep_layout_and_follow, Follow, Follower, OutputModes};
-use crate::backend::{BackendEvent, EventSender};
+use crate::backend::{DesktopEvent, EventSender};
 
 type Props = HashMap<String, OwnedValue>;
 type MonitorId = (String, String, String, String);
@@ -234,7 +234,7 @@ impl MutterResize {
                                 }
                                 let g = geometry(&s);
                                 tracing::info!(geometry = ?g, "geometry (mutter)");
-                                let _ = events.send(BackendEvent::Geometry(g));
+                                let _ = events.send(DesktopEvent::Geometry(g));
                             }
                             Err(e) => tracing::warn!("mutter GetCurrentState: {e}"),
                         }

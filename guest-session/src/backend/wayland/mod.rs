@@ -12,7 +12,7 @@ mod data_control;
 mod io;
 mod output;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
@@ -28,8 +28,11 @@ use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
 use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
 use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
-use super::worker::{wake_pair, Command, ThreadBackend, Worker};
-use super::{follow_preferred, kde, BackendEvent, BackendFeatures, EventSender};
+use super::worker::{wake_pair, Inbox, Job, ThreadBackend};
+use super::{
+    follow_preferred, kde, BackendFeatures, DesktopCommand, DesktopEvent, EventSender,
+    HARD_MAX_CLIPBOARD,
+};
 use data_control::Manager;
 
 /// The state owned by the Wayland thread.
@@ -49,8 +52,8 @@ pub(crate) struct State {
     need_geometry: bool,
     last_geometry: Option<Vec<GeometryMonitor>>,
     fatal: Option<String>,
-    /// KDE: resize with kscreen-doctor; the handle to wake this thread when it is done.
-    kscreen: Option<(mpsc::Sender<Command>, UnixStream)>,
+    /// KDE: resize with kscreen-doctor; this thread's own queue, for the helper thread to report back when done.
+    kscreen: Option<Inbox>,
     /// KDE: follows a changed preferred mode (virtio-gpu hotplug); the flag says a kscreen-doctor thread runs.
     kde_follow: (
         std::sync::Arc<std::sync::Mutex<follow_preferred::Follower>>,
@@ -103,7 +106,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
         outputs: Vec::new(),
         xdg_outputs: globals.bind(&qh, 1..=3, ()).ok(),
         wlr,
-        max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
+        max_clipboard: HARD_MAX_CLIPBOARD,
         outputs_changed: false,
         need_geometry: false,
         kde_follow: (
@@ -124,9 +127,10 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
     queue.roundtrip(&mut state).context("Wayland round trip")?;
     let (wake_tx, wake_rx) = wake_pair()?;
     let (tx, rx) = mpsc::channel();
+    let inbox = Inbox::new(tx, wake_tx);
     if plan.resize == ResizeBackend::KscreenDoctor {
         if kde::available() {
-            state.kscreen = Some((tx.clone(), wake_tx.try_clone()?));
+            state.kscreen = Some(inbox.clone());
         } else {
             tracing::warn!(
                 "KDE without kscreen-doctor (libkf5screen-bin / kscreen): cannot resize"
@@ -143,11 +147,11 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
         .spawn(move || {
             if let Err(e) = state.run(&mut queue, &rx, &wake_rx) {
                 tracing::error!("Wayland backend stopped: {e:#}");
-                let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
+                let _ = events.send(DesktopEvent::Fatal(format!("{e:#}")));
             }
         })
         .context("spawning the Wayland thread")?;
-    let backend = ThreadBackend::new("wayland", features, Worker::new(tx, wake_tx, thread));
+    let backend = ThreadBackend::new("wayland", features, inbox, thread);
     Ok((Some(backend), plan))
 }
 
@@ -162,62 +166,55 @@ impl State {
         self.outputs.push(o);
     }
 
-    fn command(&mut self, cmd: Command) {
+    fn command(&mut self, cmd: DesktopCommand) {
         match cmd {
-            Command::Grab(s, types) => self.host_grab(s, types),
-            Command::Request(s, t) => self.host_request(s, t),
-            Command::Data(s, t, data) => self.host_data(s, t, data),
-            Command::Release(s) => self.host_release(s),
-            Command::ReleaseHostOwned => {
+            DesktopCommand::ClipboardGrab { selection, types } => self.host_grab(selection, types),
+            DesktopCommand::ClipboardRequest {
+                selection,
+                data_type,
+            } => self.host_request(selection, data_type),
+            DesktopCommand::ClipboardData {
+                selection,
+                data_type,
+                data,
+            } => self.host_data(selection, data_type, data),
+            DesktopCommand::ClipboardRelease { selection } => self.host_release(selection),
+            DesktopCommand::ReleaseHostSelections => {
                 self.host_release(Selection::Clipboard);
                 self.host_release(Selection::Primary);
             }
-            Command::MaxClipboard(max) => {
-                self.max_clipboard = max
-                    .unwrap_or(super::x11::HARD_MAX_CLIPBOARD)
-                    .min(super::x11::HARD_MAX_CLIPBOARD);
+            DesktopCommand::MaxClipboard(max) => {
+                self.max_clipboard = max.unwrap_or(HARD_MAX_CLIPBOARD).min(HARD_MAX_CLIPBOARD);
             }
-            Command::Monitors(_, m) => match &self.kscreen {
-                Some((tx, wake)) if self.wlr.is_none() => {
+            DesktopCommand::ApplyMonitors { monitors, .. } => match &self.kscreen {
+                Some(inbox) if self.wlr.is_none() => {
                     if let Ok(mut f) = self.kde_follow.0.lock() {
                         f.host_request(Instant::now());
                     }
-                    let (tx, wake) = (tx.clone(), wake.try_clone());
-                    kde::spawn_apply(m, move || {
-                        if tx.send(Command::ReportGeometry).is_ok() {
-                            if let Ok(mut w) = wake {
-                                let _ = w.write(&[1]);
-                            }
-                        }
+                    let inbox = inbox.clone();
+                    kde::spawn_apply(monitors, move || {
+                        inbox.send(Job::Command(DesktopCommand::ReportGeometry));
                     });
                 }
-                _ => self.apply_monitors(m),
+                _ => self.apply_monitors(monitors),
             },
-            Command::ReportGeometry => self.need_geometry = true,
-            Command::Resync => {
+            DesktopCommand::ReportGeometry => self.need_geometry = true,
+            DesktopCommand::Resync => {
                 self.need_geometry = true;
                 self.reannounce();
             }
-            Command::Shutdown => {}
         }
     }
 
     /// KDE: after an output change, follows a changed preferred mode through kscreen-doctor.
     fn kde_follow_preferred(&self) {
-        let Some((tx, wake)) = self.kscreen.as_ref().filter(|_| self.wlr.is_none()) else {
+        let Some(inbox) = self.kscreen.clone().filter(|_| self.wlr.is_none()) else {
             return;
         };
-        let (tx, wake) = (tx.clone(), wake.try_clone());
         kde::spawn_follow(
             self.kde_follow.0.clone(),
             self.kde_follow.1.clone(),
-            move || {
-                if tx.send(Command::ReportGeometry).is_ok() {
-                    if let Ok(mut w) = wake {
-                        let _ = w.write(&[1]);
-                    }
-                }
-            },
+            move || inbox.send(Job::Command(DesktopCommand::ReportGeometry)),
         );
     }
 
@@ -226,14 +223,14 @@ impl State {
         if force || self.last_geometry.as_ref() != Some(&g) {
             tracing::info!(geometry = ?g, "geometry");
             self.last_geometry = Some(g.clone());
-            let _ = self.events.send(BackendEvent::Geometry(g));
+            let _ = self.events.send(DesktopEvent::Geometry(g));
         }
     }
 
     fn run(
         &mut self,
         queue: &mut EventQueue<State>,
-        rx: &mpsc::Receiver<Command>,
+        rx: &mpsc::Receiver<Job>,
         wake: &UnixStream,
     ) -> Result<()> {
         self.report_geometry(true);
@@ -242,8 +239,8 @@ impl State {
             while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
             loop {
                 match rx.try_recv() {
-                    Ok(Command::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-                    Ok(cmd) => self.command(cmd),
+                    Ok(Job::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                    Ok(Job::Command(cmd)) => self.command(cmd),
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
