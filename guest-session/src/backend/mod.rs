@@ -7,9 +7,10 @@
 //! wlr-output-management resize, or KDE's kscreen-doctor from [`kde`]) and GNOME ([`gnome`]: X11 clipboard on
 //! Xwayland + Mutter DisplayConfig). [`follow_preferred`] is the preferred-mode policy all of them share.
 //!
-//! Choice ([`select`], by capability, see [`detect`] and docs/wayland.md): on Wayland the native backend when the
-//! compositor has data-control, GNOME's pair under GNOME; else `$DISPLAY` set → X11 (also under Xwayland);
-//! otherwise a [`null::NullBackend`] that keeps file transfers working and answers every clipboard request empty.
+//! Choice ([`select`]): [`detect::plan`] lists the backends to try, by capability (see docs/wayland.md): on
+//! Wayland the native backend when the compositor has data-control, the GNOME backend under GNOME; then X11 when
+//! `$DISPLAY` is set (also under Xwayland); last a [`null::NullBackend`] that keeps file transfers working and
+//! answers every clipboard request empty. The first that starts is used.
 
 mod clipboard_data;
 pub mod detect;
@@ -24,6 +25,8 @@ pub mod x11;
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc::UnboundedSender;
+
+use detect::BackendKind;
 
 pub use clipboard_data::ClipboardMemfd;
 
@@ -154,54 +157,45 @@ pub trait DesktopBackend: std::fmt::Debug + Send {
 /// Events channel a backend reports on.
 pub type EventSender = UnboundedSender<DesktopEvent>;
 
-/// Picks the backend from the environment and starts it. Logs what was chosen and why.
+/// Picks the backend from the environment ([`detect::plan`]) and starts the first of the plan that starts. Logs the
+/// plan, the choice and why.
 pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
-    // Native Wayland first (data-control); it falls through to X11 (Xwayland) when the compositor lacks it.
     let env = detect::SessionEnv::from_env();
+    // On Wayland the plan depends on the compositor's globals; the same connection then serves the backend.
+    let mut compositor = None;
     if env.is_wayland() {
-        match wayland::start(events.clone(), &env) {
-            Ok((Some(b), plan)) => {
-                tracing::info!(?plan, "backend wayland: {}", plan.why);
-                return Box::new(b);
-            }
-            Ok((None, plan)) => {
-                tracing::info!(?plan, "no native Wayland backend: {}", plan.why);
-                if plan.resize == detect::ResizeBackend::MutterDisplayConfig {
-                    if let Some(b) = gnome::start(events.clone(), &plan) {
-                        return b;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!("Wayland backend failed to start: {e:#}"),
+        match wayland::Compositor::connect() {
+            Ok(c) => compositor = Some(c),
+            Err(e) => tracing::warn!("Wayland compositor: {e:#}"),
         }
     }
-    let display = std::env::var_os("DISPLAY").filter(|d| !d.is_empty());
-    let wayland = std::env::var_os("WAYLAND_DISPLAY").filter(|d| !d.is_empty());
-    match (display, wayland) {
-        (Some(d), wayland) => {
-            let why = if wayland.is_some() {
-                "DISPLAY is set (Xwayland; no native Wayland backend yet)"
-            } else {
-                "DISPLAY is set"
-            };
-            match x11::start(events.clone()) {
-                Ok(b) => {
-                    tracing::info!(display = ?d, "backend x11: {why}");
-                    return Box::new(b);
-                }
-                Err(e) => tracing::error!(display = ?d, "backend x11 failed to start: {e:#}"),
+    let plan = detect::plan(&env, compositor.as_ref().map(wayland::Compositor::globals));
+    tracing::info!(plan = ?plan.backends(), "desktop backends to try, in order");
+    for detect::Step { backend, why } in plan.0 {
+        let started: anyhow::Result<Box<dyn DesktopBackend>> = match backend {
+            BackendKind::Wayland { clipboard, resize } => match compositor.take() {
+                Some(c) => wayland::start(events.clone(), c, clipboard, resize)
+                    .map(|b| Box::new(b) as Box<dyn DesktopBackend>),
+                None => Err(anyhow::anyhow!("no Wayland connection")),
+            },
+            BackendKind::Gnome { clipboard } => {
+                gnome::start(events.clone(), clipboard).map(|b| Box::new(b) as _)
             }
-        }
-        (None, Some(w)) => tracing::warn!(
-            wayland = ?w,
-            "WAYLAND_DISPLAY without DISPLAY and no usable Wayland protocol (data-control, output management): clipboard and resize disabled"
-        ),
-        (None, None) => {
-            tracing::warn!(
-                "neither DISPLAY nor WAYLAND_DISPLAY is set; clipboard and resize disabled"
-            );
+            BackendKind::X11 => x11::start(events.clone()).map(|b| Box::new(b) as _),
+            BackendKind::Null => Ok(Box::new(null::NullBackend::new(events.clone()))),
+        };
+        match started {
+            Ok(b) if backend == BackendKind::Null => {
+                tracing::warn!("backend none: {why}");
+                return b;
+            }
+            Ok(b) => {
+                tracing::info!("backend {}: {why}", b.name());
+                return b;
+            }
+            Err(e) => tracing::warn!("backend {} failed to start: {e:#}", backend.name()),
         }
     }
-    tracing::info!("backend none: file transfers only");
+    // Not reached: the plan ends with the null backend, which always starts.
     Box::new(null::NullBackend::new(events))
 }

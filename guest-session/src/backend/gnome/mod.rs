@@ -4,21 +4,17 @@
 
 mod mutter;
 
-use super::detect::{ClipboardBackend, Plan};
+use anyhow::{Context, Result};
+
+use super::detect::ClipboardVia;
 use super::{BackendFeatures, DesktopBackend, DesktopCommand, DesktopEvent, EventSender};
 pub use mutter::MutterResize;
 
-/// GNOME (no data-control): Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `plan` says
-/// so (its RandR geometry is filtered out: mutter's layout is the one reported). `None` when DisplayConfig does not
-/// answer (the caller falls back to X11 alone).
-pub fn start(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>> {
-    let resize = match MutterResize::start(events.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("Mutter DisplayConfig unavailable: {e:#}");
-            return None;
-        }
-    };
+/// Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `clipboard` is
+/// [`ClipboardVia::X11`] (its RandR geometry is filtered out: mutter's layout is the one reported). An error
+/// when DisplayConfig does not answer (the plan goes on with X11 alone).
+pub fn start(events: EventSender, clipboard: ClipboardVia) -> Result<GnomeBackend> {
+    let resize = MutterResize::start(events.clone()).context("Mutter DisplayConfig unavailable")?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let forward = events.clone();
     tokio::spawn(async move {
@@ -28,8 +24,8 @@ pub fn start(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>
             }
         }
     });
-    let clipboard: Box<dyn DesktopBackend> = match plan.clipboard {
-        ClipboardBackend::X11 => match super::x11::start(tx.clone()) {
+    let clipboard: Box<dyn DesktopBackend> = match clipboard {
+        ClipboardVia::X11 => match super::x11::start(tx.clone()) {
             Ok(b) => Box::new(b),
             Err(e) => {
                 tracing::warn!("X11 clipboard on Xwayland failed to start: {e:#}");
@@ -40,9 +36,9 @@ pub fn start(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>
     };
     tracing::info!(
         clipboard = clipboard.name(),
-        "backend gnome: Mutter DisplayConfig resize"
+        "GNOME: Mutter DisplayConfig resize"
     );
-    Some(Box::new(GnomeBackend::new(clipboard, resize)))
+    Ok(GnomeBackend::new(clipboard, resize))
 }
 
 /// GNOME: a clipboard backend (X11 on Xwayland, or none) plus Mutter DisplayConfig for resize and layout.

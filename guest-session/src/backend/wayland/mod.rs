@@ -22,12 +22,12 @@ use anyhow::{bail, Context, Result};
 use guestlink_protocol::session::GeometryMonitor;
 use guestlink_protocol::vdagent::Selection;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use wayland_client::globals::{registry_queue_init, GlobalListContents};
+use wayland_client::globals::{registry_queue_init, GlobalList, GlobalListContents};
 use wayland_client::protocol::{wl_registry, wl_seat::WlSeat};
 use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
 use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
-use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
+use super::detect::{self, ClipboardVia, ResizeVia};
 use super::worker::{wake_pair, Inbox, Job, ThreadBackend};
 use super::{
     follow_preferred, kde, BackendFeatures, DesktopCommand, DesktopEvent, EventSender,
@@ -61,38 +61,64 @@ pub(crate) struct State {
     ),
 }
 
-/// Connects to `$WAYLAND_DISPLAY`, reads the globals and chooses by capability. Returns the backend when
-/// data-control is available, else `None` (the caller falls back, following the returned [`Plan`]).
-pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBackend>, Plan)> {
-    let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
-    let (globals, mut queue) =
-        registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
-    let list = detect::Globals(
-        globals
-            .contents()
-            .clone_list()
-            .into_iter()
-            .map(|g| (g.interface, g.version))
-            .collect(),
-    );
-    tracing::debug!(globals = ?list.0, "Wayland globals");
-    let plan = detect::plan(env, Some(&list));
-    if !matches!(
-        plan.clipboard,
-        ClipboardBackend::ExtDataControl | ClipboardBackend::WlrDataControl(_)
-    ) {
-        return Ok((None, plan));
+/// A connection to the compositor with its globals read: what detection looks at, and what [`start`] then
+/// uses.
+pub struct Compositor {
+    globals: GlobalList,
+    queue: EventQueue<State>,
+    list: detect::Globals,
+}
+
+impl Compositor {
+    /// Connects to `$WAYLAND_DISPLAY` and reads the globals.
+    pub fn connect() -> Result<Self> {
+        let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
+        let (globals, queue) =
+            registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
+        let list = detect::Globals(
+            globals
+                .contents()
+                .clone_list()
+                .into_iter()
+                .map(|g| (g.interface, g.version))
+                .collect(),
+        );
+        tracing::debug!(globals = ?list.0, "Wayland globals");
+        Ok(Self {
+            globals,
+            queue,
+            list,
+        })
     }
+
+    /// The advertised globals.
+    pub fn globals(&self) -> &detect::Globals {
+        &self.list
+    }
+}
+
+/// Starts the native backend on `compositor`: the clipboard over `clipboard` (a data-control protocol), resize
+/// over `resize` when it is wlr-output-management or kscreen-doctor.
+pub fn start(
+    events: EventSender,
+    compositor: Compositor,
+    clipboard: ClipboardVia,
+    resize: ResizeVia,
+) -> Result<ThreadBackend> {
+    let Compositor {
+        globals, mut queue, ..
+    } = compositor;
     let qh = queue.handle();
     let seat: WlSeat = globals.bind(&qh, 1..=1, ()).context("binding wl_seat")?;
-    let manager = match plan.clipboard {
-        ClipboardBackend::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
-        _ => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+    let manager = match clipboard {
+        ClipboardVia::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
+        ClipboardVia::WlrDataControl(_) => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+        ClipboardVia::X11 | ClipboardVia::None => bail!("no data-control protocol"),
     };
     let device = manager.get_data_device(&seat, &qh);
-    let clip = clipboard::Clipboard::new(manager, device, plan.clipboard.has_primary());
-    let wlr = match plan.resize {
-        ResizeBackend::WlrOutputManagement => globals
+    let clip = clipboard::Clipboard::new(manager, device, clipboard.has_primary());
+    let wlr = match resize {
+        ResizeVia::WlrOutputManagement => globals
             .bind(&qh, 1..=2, ())
             .map(output::Wlr::new)
             .map_err(|e| tracing::warn!("binding zwlr_output_manager_v1: {e}"))
@@ -128,7 +154,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
     let (wake_tx, wake_rx) = wake_pair()?;
     let (tx, rx) = mpsc::channel();
     let inbox = Inbox::new(tx, wake_tx);
-    if plan.resize == ResizeBackend::KscreenDoctor {
+    if resize == ResizeVia::KscreenDoctor {
         if kde::available() {
             state.kscreen = Some(inbox.clone());
         } else {
@@ -139,7 +165,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
     }
     let features = BackendFeatures {
         clipboard: true,
-        primary: plan.clipboard.has_primary(),
+        primary: clipboard.has_primary(),
         resize: state.wlr.is_some() || state.kscreen.is_some(),
     };
     let thread = std::thread::Builder::new()
@@ -151,8 +177,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
             }
         })
         .context("spawning the Wayland thread")?;
-    let backend = ThreadBackend::new("wayland", features, inbox, thread);
-    Ok((Some(backend), plan))
+    Ok(ThreadBackend::new("wayland", features, inbox, thread))
 }
 
 impl State {
