@@ -1,5 +1,7 @@
 //! The native Wayland backend: clipboard over data-control (ext-data-control-v1, else zwlr-data-control-v1) and
-//! resize over wlr-output-management, with a direct `wayland-client` implementation.
+//! resize over wlr-output-management or, on KDE, kscreen-doctor ([`super::kde`]), with a direct `wayland-client`
+//! implementation. [`Compositor`] reads the globals that [`super::detect::plan`] decides on; [`start`] then serves
+//! on the same connection. GNOME, which has no data-control, has its own backend ([`super::gnome`]).
 //!
 //! Why not wl-clipboard-rs: its copy/paste API is one-shot (a paste connects, reads and disconnects; a copy
 //! serves from a forked/background thread until replaced), while this agent lives as long as the session, must
