@@ -15,7 +15,7 @@ use tokio::net::unix::OwnedReadHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
-use crate::backend::{BackendEvent, DesktopBackend};
+use crate::backend::{DesktopBackend, DesktopCommand, DesktopEvent};
 use crate::files::FileReceiver;
 use crate::outgoing::{self, frame, send_parts, Out};
 
@@ -43,16 +43,16 @@ async fn read_into(
 enum End {
     /// The daemon went away (EOF, I/O or fatal framing error).
     Lost(String),
-    /// The backend stopped: the agent exits.
+    /// The backend stopped: the session agent exits.
     Fatal(String),
 }
 
-/// The agent: one backend, one file receiver, a daemon connection at a time.
+/// The link to guestlinkd: one desktop backend, one file receiver, a daemon connection at a time.
 #[derive(Debug)]
-pub struct Agent {
+pub struct Connection {
     socket: PathBuf,
     backend: Box<dyn DesktopBackend>,
-    events: mpsc::UnboundedReceiver<BackendEvent>,
+    events: mpsc::UnboundedReceiver<DesktopEvent>,
     files: FileReceiver,
     /// The connected daemon takes large clipboard answers as memfds (its hello said so).
     daemon_takes_fds: bool,
@@ -60,19 +60,56 @@ pub struct Agent {
     audio: crate::audio::Audio,
 }
 
-fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
+/// The daemon messages that are plain desktop commands; any other message comes back unchanged.
+fn to_command(msg: SessionMessage) -> Result<DesktopCommand, SessionMessage> {
+    Ok(match msg {
+        SessionMessage::ClipboardGrab { selection, types } => {
+            DesktopCommand::ClipboardGrab { selection, types }
+        }
+        SessionMessage::ClipboardRequest {
+            selection,
+            data_type,
+        } => DesktopCommand::ClipboardRequest {
+            selection,
+            data_type,
+        },
+        SessionMessage::ClipboardData {
+            selection,
+            data_type,
+            data,
+        } => DesktopCommand::ClipboardData {
+            selection,
+            data_type,
+            data,
+        },
+        SessionMessage::ClipboardRelease { selection } => {
+            DesktopCommand::ClipboardRelease { selection }
+        }
+        SessionMessage::MonitorsConfig { flags, monitors } => {
+            DesktopCommand::ApplyMonitors { flags, monitors }
+        }
+        SessionMessage::MaxClipboard { max } => {
+            DesktopCommand::MaxClipboard(usize::try_from(max).ok())
+        }
+        other => return Err(other),
+    })
+}
+
+/// The desktop events that become a plain daemon message (`ClipboardFile` is framed with its memfd by
+/// [`outgoing::frame_memfd`]; `Fatal` ends the connection).
+fn to_message(ev: DesktopEvent) -> Option<SessionMessage> {
     Some(match ev {
-        BackendEvent::ClipboardGrab { selection, types } => {
+        DesktopEvent::ClipboardGrab { selection, types } => {
             SessionMessage::ClipboardGrab { selection, types }
         }
-        BackendEvent::ClipboardRequest {
+        DesktopEvent::ClipboardRequest {
             selection,
             data_type,
         } => SessionMessage::ClipboardRequest {
             selection,
             data_type,
         },
-        BackendEvent::ClipboardData {
+        DesktopEvent::ClipboardData {
             selection,
             data_type,
             data,
@@ -81,21 +118,20 @@ fn to_message(ev: BackendEvent) -> Option<SessionMessage> {
             data_type,
             data,
         },
-        BackendEvent::ClipboardRelease { selection } => {
+        DesktopEvent::ClipboardRelease { selection } => {
             SessionMessage::ClipboardRelease { selection }
         }
-        BackendEvent::Geometry(monitors) => SessionMessage::Geometry { monitors },
-        // Sent by `outgoing::frame_memfd`, not as a plain message.
-        BackendEvent::ClipboardFile { .. } | BackendEvent::Fatal(_) => return None,
+        DesktopEvent::Geometry(monitors) => SessionMessage::Geometry { monitors },
+        DesktopEvent::ClipboardFile { .. } | DesktopEvent::Fatal(_) => return None,
     })
 }
 
-impl Agent {
-    /// An agent talking to `socket`.
+impl Connection {
+    /// Talks to guestlinkd on `socket`.
     pub fn new(
         socket: PathBuf,
         backend: Box<dyn DesktopBackend>,
-        events: mpsc::UnboundedReceiver<BackendEvent>,
+        events: mpsc::UnboundedReceiver<DesktopEvent>,
         files: FileReceiver,
     ) -> Self {
         Self {
@@ -120,7 +156,7 @@ impl Agent {
                     backoff = BACKOFF_MIN;
                     let end = self.session(stream).await;
                     self.files.abort_all();
-                    self.backend.release_host_selections();
+                    self.backend.command(DesktopCommand::ReleaseHostSelections);
                     match end {
                         End::Fatal(e) => bail!("backend stopped: {e}"),
                         End::Lost(why) => tracing::warn!("guestlinkd connection lost: {why}"),
@@ -132,7 +168,7 @@ impl Agent {
                 }
                 Err(e) => tracing::debug!("connect: {e}"),
             }
-            // Wait, but keep draining backend events (a fatal one ends the agent).
+            // Wait, but keep draining backend events (a fatal one ends the session agent).
             let sleep = tokio::time::sleep(backoff);
             tokio::pin!(sleep);
             loop {
@@ -140,10 +176,14 @@ impl Agent {
                     () = &mut sleep => break,
                     ev = self.events.recv() => match ev {
                         None => bail!("backend gone"),
-                        Some(BackendEvent::Fatal(e)) => bail!("backend stopped: {e}"),
-                        Some(BackendEvent::ClipboardRequest { selection, .. }) => {
+                        Some(DesktopEvent::Fatal(e)) => bail!("backend stopped: {e}"),
+                        Some(DesktopEvent::ClipboardRequest { selection, .. }) => {
                             // No host: refuse the paste right away.
-                            self.backend.clipboard_data(selection, ClipboardType::None, Vec::new());
+                            self.backend.command(DesktopCommand::ClipboardData {
+                                selection,
+                                data_type: ClipboardType::None,
+                                data: Vec::new(),
+                            });
                         }
                         _ => {}
                     },
@@ -164,7 +204,7 @@ impl Agent {
             capabilities: self.capabilities(),
         };
         let _ = send_parts(&out, frame(hello, false)).await;
-        self.backend.resync();
+        self.backend.command(DesktopCommand::Resync);
         // File data is passed from the read buffer straight to the file writer, not collected per frame first.
         let mut decoder = FrameDecoder::new().streaming_kind(KIND_FILE_XFER_DATA, 1);
         // The transfer whose DATA frame is streaming.
@@ -225,11 +265,11 @@ impl Agent {
                 }
                 ev = self.events.recv() => {
                     let Some(ev) = ev else { break End::Fatal("backend gone".into()) };
-                    if let BackendEvent::Fatal(e) = ev {
+                    if let DesktopEvent::Fatal(e) = ev {
                         break End::Fatal(e);
                     }
                     let parts = match ev {
-                        BackendEvent::ClipboardFile { selection, data_type, memfd } => {
+                        DesktopEvent::ClipboardFile { selection, data_type, memfd } => {
                             outgoing::frame_memfd(selection, data_type, &memfd, self.daemon_takes_fds)
                         }
                         ev => to_message(ev).map(|m| frame(m, self.daemon_takes_fds)).unwrap_or_default(),
@@ -267,7 +307,13 @@ impl Agent {
 
     /// One daemon message; returns the frames to send back.
     fn handle(&mut self, msg: SessionMessage) -> Vec<SessionMessage> {
-        let b = &self.backend;
+        let msg = match to_command(msg) {
+            Ok(cmd) => {
+                self.backend.command(cmd);
+                return Vec::new();
+            }
+            Err(msg) => msg,
+        };
         match msg {
             SessionMessage::Hello {
                 version,
@@ -283,26 +329,9 @@ impl Agent {
                 }
                 tracing::info!(session_id, "guestlinkd hello");
             }
-            SessionMessage::ClipboardGrab { selection, types } => {
-                b.clipboard_grab(selection, types);
-            }
-            SessionMessage::ClipboardRequest {
-                selection,
-                data_type,
-            } => b.clipboard_request(selection, data_type),
-            SessionMessage::ClipboardData {
-                selection,
-                data_type,
-                data,
-            } => b.clipboard_data(selection, data_type, data),
-            SessionMessage::ClipboardRelease { selection } => b.clipboard_release(selection),
-            SessionMessage::MonitorsConfig { flags, monitors } => b.apply_monitors(flags, monitors),
-            SessionMessage::MaxClipboard { max } => {
-                b.set_max_clipboard(usize::try_from(max).ok());
-            }
             SessionMessage::ClientDisconnected => {
                 tracing::info!("SPICE client disconnected");
-                b.release_host_selections();
+                self.backend.command(DesktopCommand::ReleaseHostSelections);
                 self.files.abort_all();
             }
             SessionMessage::ClientConnected => tracing::info!("SPICE client connected"),
@@ -319,7 +348,7 @@ impl Agent {
             }
             SessionMessage::GraphicsDeviceInfo { displays } => {
                 crate::display_map::set_devices(&displays);
-                b.displays_remapped();
+                self.backend.command(DesktopCommand::ReportGeometry);
             }
             SessionMessage::AudioVolumeSync {
                 is_playback,

@@ -99,10 +99,10 @@ fn main() -> Result<()> {
         if cli.buffered_writes {
             files.buffered_only();
         }
-        let mut agent = connection::Agent::new(cli.socket, backend, rx, files);
+        let mut connection = connection::Connection::new(cli.socket, backend, rx, files);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            r = agent.run() => r,
+            r = connection.run() => r,
             _ = tokio::signal::ctrl_c() => { tracing::info!("interrupted"); Ok(()) }
             _ = term.recv() => { tracing::info!("terminated"); Ok(()) }
         }

@@ -1,9 +1,13 @@
-//! Session detection: which display server this agent runs in, and which backend serves each feature.
+//! Backend detection: which display server the session agent runs in, and which desktop backends to try, in
+//! order.
 //!
 //! Inputs are the environment (`XDG_SESSION_TYPE`, `WAYLAND_DISPLAY`, `DISPLAY`, `XDG_CURRENT_DESKTOP`) and, on
-//! Wayland, the globals the compositor advertises. [`plan`] is pure: it picks, by capability, with an ordered
-//! fallback, the clipboard backend (ext-data-control-v1 → zwlr-data-control-v1 → X11 through Xwayland's DISPLAY)
-//! and the resize backend (wlr-output-management → Mutter DisplayConfig → kscreen-doctor on KDE → X11 RandR). The choice is logged at start.
+//! Wayland, the globals the compositor advertises. [`plan`] is pure and the only place that decides: on Wayland it
+//! picks, by capability, how the clipboard is served (ext-data-control-v1 → zwlr-data-control-v1 → X11 through
+//! Xwayland's DISPLAY → none) and how monitors are resized (wlr-output-management → Mutter DisplayConfig →
+//! kscreen-doctor on KDE → none), and from that the ordered list of backends: the native Wayland backend when
+//! there is data-control, else the GNOME backend under GNOME, then X11 when `DISPLAY` is set, and always the null
+//! backend last. [`super::select`] starts the first one that starts and logs the plan and the choice.
 
 use std::ffi::OsString;
 
@@ -82,7 +86,7 @@ impl Globals {
 
 /// How the clipboard is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClipboardBackend {
+pub enum ClipboardVia {
     /// `ext_data_control_manager_v1` (always has primary).
     ExtDataControl,
     /// `zwlr_data_control_manager_v1` with this version (primary from v2).
@@ -93,7 +97,7 @@ pub enum ClipboardBackend {
     None,
 }
 
-impl ClipboardBackend {
+impl ClipboardVia {
     /// Whether PRIMARY can be served.
     pub fn has_primary(self) -> bool {
         match self {
@@ -102,86 +106,152 @@ impl ClipboardBackend {
             Self::None => false,
         }
     }
+
+    /// Whether this is a Wayland data-control protocol (what the native Wayland backend needs).
+    pub fn is_data_control(self) -> bool {
+        matches!(self, Self::ExtDataControl | Self::WlrDataControl(_))
+    }
 }
 
 /// How monitors configs are applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResizeBackend {
+pub enum ResizeVia {
     /// `zwlr_output_manager_v1` (sway, Hyprland, other wlroots compositors): custom modes.
     WlrOutputManagement,
     /// `org.gnome.Mutter.DisplayConfig` on the session bus (only modes mutter already lists).
     MutterDisplayConfig,
     /// KDE: `kscreen-doctor` (listed modes only on Plasma 5; see docs/wayland.md).
     KscreenDoctor,
-    /// RandR on `$DISPLAY` (a real X server; on Xwayland it does not change the compositor's outputs).
-    X11RandR,
     /// Nothing.
     None,
 }
 
-/// The backends chosen for a session, with the reason for the log.
+/// A desktop backend to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The native Wayland backend ([`super::wayland`]): data-control clipboard; resize by wlr-output-management
+    /// or, on KDE, kscreen-doctor ([`super::kde`]) — other values of `resize` leave it without resize.
+    Wayland {
+        /// A data-control protocol.
+        clipboard: ClipboardVia,
+        /// How it resizes.
+        resize: ResizeVia,
+    },
+    /// The GNOME backend ([`super::gnome`]): Mutter DisplayConfig, and the clipboard through X11 on Xwayland or
+    /// none.
+    Gnome {
+        /// [`ClipboardVia::X11`] or [`ClipboardVia::None`].
+        clipboard: ClipboardVia,
+    },
+    /// The X11 backend ([`super::x11`]) on `$DISPLAY`: clipboard and RandR.
+    X11,
+    /// The null backend ([`super::null`]): file transfers only. It cannot fail to start.
+    Null,
+}
+
+impl BackendKind {
+    /// The backend's name, as its [`super::DesktopBackend::name`] says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Wayland { .. } => "wayland",
+            Self::Gnome { .. } => "gnome",
+            Self::X11 => "x11",
+            Self::Null => "none",
+        }
+    }
+}
+
+/// One entry of a [`Plan`]: a backend and why it is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Clipboard.
-    pub clipboard: ClipboardBackend,
-    /// Resize.
-    pub resize: ResizeBackend,
-    /// Human-readable reason.
+pub struct Step {
+    /// The backend.
+    pub backend: BackendKind,
+    /// Human-readable reason, for the log.
     pub why: String,
 }
 
-/// Chooses the backends for `env`; `globals` is what the Wayland compositor advertised (None: not Wayland or
-/// the connection failed).
-pub fn plan(env: &SessionEnv, globals: Option<&Globals>) -> Plan {
-    let x11 = env.display.is_some();
-    let Some(g) = globals.filter(|_| env.is_wayland()) else {
-        return if x11 {
-            Plan {
-                clipboard: ClipboardBackend::X11,
-                resize: ResizeBackend::X11RandR,
-                why: "X11 session (DISPLAY set, no usable Wayland compositor)".into(),
-            }
-        } else {
-            Plan {
-                clipboard: ClipboardBackend::None,
-                resize: ResizeBackend::None,
-                why: "neither a Wayland compositor nor DISPLAY".into(),
-            }
-        };
-    };
+/// The desktop backends to try, in order; the first that starts is used. The last step is always
+/// [`BackendKind::Null`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan(pub Vec<Step>);
+
+impl Plan {
+    /// The backends, in order.
+    pub fn backends(&self) -> Vec<BackendKind> {
+        self.0.iter().map(|s| s.backend).collect()
+    }
+}
+
+/// How a Wayland compositor with `g` serves the clipboard, and why.
+fn wayland_clipboard(env: &SessionEnv, g: &Globals) -> (ClipboardVia, &'static str) {
     let seat = g.version(globals::SEAT).is_some();
-    let (clipboard, cwhy) = if seat && g.version(globals::EXT_DATA_CONTROL).is_some() {
-        (ClipboardBackend::ExtDataControl, "ext-data-control-v1")
+    if seat && g.version(globals::EXT_DATA_CONTROL).is_some() {
+        (ClipboardVia::ExtDataControl, "ext-data-control-v1")
     } else if let Some(v) = g.version(globals::WLR_DATA_CONTROL).filter(|_| seat) {
-        (ClipboardBackend::WlrDataControl(v), "zwlr-data-control-v1")
-    } else if x11 {
+        (ClipboardVia::WlrDataControl(v), "zwlr-data-control-v1")
+    } else if env.display.is_some() {
         (
-            ClipboardBackend::X11,
+            ClipboardVia::X11,
             "no data-control global: X11 clipboard through Xwayland",
         )
     } else {
-        (
-            ClipboardBackend::None,
-            "no data-control global and no DISPLAY",
-        )
-    };
-    let (resize, rwhy) = if g.version(globals::WLR_OUTPUT_MANAGER).is_some() {
-        (ResizeBackend::WlrOutputManagement, "wlr-output-management")
+        (ClipboardVia::None, "no data-control global and no DISPLAY")
+    }
+}
+
+/// How a Wayland compositor with `g` resizes, and why.
+fn wayland_resize(env: &SessionEnv, g: &Globals) -> (ResizeVia, &'static str) {
+    if g.version(globals::WLR_OUTPUT_MANAGER).is_some() {
+        (ResizeVia::WlrOutputManagement, "wlr-output-management")
     } else if env.desktop_is("GNOME") {
         (
-            ResizeBackend::MutterDisplayConfig,
+            ResizeVia::MutterDisplayConfig,
             "GNOME: Mutter DisplayConfig",
         )
     } else if g.version(globals::KDE_OUTPUT_MANAGEMENT).is_some() || env.desktop_is("KDE") {
-        (ResizeBackend::KscreenDoctor, "KDE: kscreen-doctor")
+        (ResizeVia::KscreenDoctor, "KDE: kscreen-doctor")
     } else {
-        (ResizeBackend::None, "no output-management interface")
-    };
-    Plan {
-        clipboard,
-        resize,
-        why: format!("Wayland: clipboard via {cwhy}; resize via {rwhy}"),
+        (ResizeVia::None, "no output-management interface")
     }
+}
+
+/// The ordered plan for `env`; `globals` is what the Wayland compositor advertised (None: not Wayland, or the
+/// connection failed).
+pub fn plan(env: &SessionEnv, globals: Option<&Globals>) -> Plan {
+    let mut steps = Vec::new();
+    let step = |backend, why: String| Step { backend, why };
+    let wayland = globals.filter(|_| env.is_wayland());
+    if let Some(g) = wayland {
+        let (clipboard, cwhy) = wayland_clipboard(env, g);
+        let (resize, rwhy) = wayland_resize(env, g);
+        let why = format!("Wayland: clipboard via {cwhy}; resize via {rwhy}");
+        if clipboard.is_data_control() {
+            steps.push(step(BackendKind::Wayland { clipboard, resize }, why));
+        } else if resize == ResizeVia::MutterDisplayConfig {
+            steps.push(step(BackendKind::Gnome { clipboard }, why));
+        }
+    }
+    if env.display.is_some() {
+        let why = match (wayland, env.is_wayland()) {
+            (Some(_), _) if steps.is_empty() => {
+                "DISPLAY is set (Xwayland; the compositor has no data-control)"
+            }
+            (Some(_), _) => "DISPLAY is set (Xwayland)",
+            (None, true) => "DISPLAY is set (the Wayland compositor did not answer)",
+            (None, false) => "DISPLAY is set",
+        };
+        steps.push(step(BackendKind::X11, why.into()));
+    }
+    let why = if !steps.is_empty() {
+        "file transfers only (every backend above failed to start)"
+    } else if env.wayland_display.is_some() {
+        "WAYLAND_DISPLAY without DISPLAY and no usable Wayland protocol (data-control, Mutter DisplayConfig): \
+         file transfers only"
+    } else {
+        "neither DISPLAY nor WAYLAND_DISPLAY is set: file transfers only"
+    };
+    steps.push(step(BackendKind::Null, why.into()));
+    Plan(steps)
 }
 
 #[cfg(test)]
@@ -201,48 +271,132 @@ mod tests {
         Globals(list.iter().map(|(i, v)| ((*i).to_owned(), *v)).collect())
     }
 
+    /// What mutter advertises: no data-control, no output management.
+    fn mutter_globals() -> Globals {
+        g(&[("wl_seat", 8), ("wl_data_device_manager", 3)])
+    }
+
     #[test]
-    fn ext_is_preferred_over_wlr() {
+    fn x11_only() {
+        let e = SessionEnv {
+            session_type: Some("x11".into()),
+            display: Some(":0".into()),
+            desktops: vec!["XFCE".into()],
+            ..SessionEnv::default()
+        };
+        let p = plan(&e, None);
+        assert_eq!(p.backends(), [BackendKind::X11, BackendKind::Null]);
+        assert_eq!(p.0[0].why, "DISPLAY is set");
+    }
+
+    #[test]
+    fn nothing() {
+        let p = plan(&SessionEnv::default(), None);
+        assert_eq!(p.backends(), [BackendKind::Null]);
+        assert!(p.0[0].why.contains("neither DISPLAY nor WAYLAND_DISPLAY"));
+        // A Wayland socket, but the compositor did not answer and there is no DISPLAY.
+        assert_eq!(
+            plan(&env("sway", false), None).backends(),
+            [BackendKind::Null]
+        );
+        // A compositor without anything usable and no Xwayland.
+        let p = plan(&env("weston", false), Some(&g(&[("wl_seat", 8)])));
+        assert_eq!(p.backends(), [BackendKind::Null]);
+        assert!(p.0[0].why.contains("WAYLAND_DISPLAY without DISPLAY"));
+    }
+
+    #[test]
+    fn wayland_gnome() {
+        let p = plan(&env("GNOME", true), Some(&mutter_globals()));
+        assert_eq!(
+            p.backends(),
+            [
+                BackendKind::Gnome {
+                    clipboard: ClipboardVia::X11
+                },
+                BackendKind::X11,
+                BackendKind::Null
+            ]
+        );
+        // Without Xwayland: Mutter alone, the clipboard off.
+        let p = plan(&env("GNOME", false), Some(&mutter_globals()));
+        assert_eq!(
+            p.backends(),
+            [
+                BackendKind::Gnome {
+                    clipboard: ClipboardVia::None
+                },
+                BackendKind::Null
+            ]
+        );
+    }
+
+    #[test]
+    fn wayland_kde() {
         let gl = g(&[
             ("wl_seat", 8),
             (globals::WLR_DATA_CONTROL, 2),
             (globals::EXT_DATA_CONTROL, 1),
+            (globals::KDE_OUTPUT_MANAGEMENT, 4),
         ]);
         let p = plan(&env("KDE", true), Some(&gl));
-        assert_eq!(p.clipboard, ClipboardBackend::ExtDataControl);
-        assert_eq!(p.resize, ResizeBackend::KscreenDoctor);
+        assert_eq!(
+            p.backends(),
+            [
+                BackendKind::Wayland {
+                    clipboard: ClipboardVia::ExtDataControl,
+                    resize: ResizeVia::KscreenDoctor
+                },
+                BackendKind::X11,
+                BackendKind::Null
+            ]
+        );
+        assert!(p.0[0].why.contains("ext-data-control-v1"), "{p:?}");
+        // XDG_CURRENT_DESKTOP alone is enough for kscreen-doctor.
+        let gl = g(&[("wl_seat", 8), (globals::EXT_DATA_CONTROL, 1)]);
+        assert!(matches!(
+            plan(&env("KDE", false), Some(&gl)).backends()[..],
+            [
+                BackendKind::Wayland {
+                    resize: ResizeVia::KscreenDoctor,
+                    ..
+                },
+                BackendKind::Null
+            ]
+        ));
     }
 
     #[test]
-    fn sway_uses_wlr_for_both() {
+    fn wlroots() {
         let gl = g(&[
             ("wl_seat", 7),
             (globals::WLR_DATA_CONTROL, 2),
             (globals::WLR_OUTPUT_MANAGER, 2),
         ]);
         let p = plan(&env("sway", true), Some(&gl));
-        assert_eq!(p.clipboard, ClipboardBackend::WlrDataControl(2));
-        assert!(p.clipboard.has_primary());
-        assert_eq!(p.resize, ResizeBackend::WlrOutputManagement);
-        assert!(!ClipboardBackend::WlrDataControl(1).has_primary());
-    }
-
-    #[test]
-    fn gnome_falls_back_to_xwayland_clipboard_and_mutter_resize() {
-        let gl = g(&[("wl_seat", 8), ("wl_data_device_manager", 3)]);
-        let p = plan(&env("GNOME", true), Some(&gl));
-        assert_eq!(p.clipboard, ClipboardBackend::X11);
-        assert_eq!(p.resize, ResizeBackend::MutterDisplayConfig);
-        let p = plan(&env("GNOME", false), Some(&gl));
-        assert_eq!(p.clipboard, ClipboardBackend::None);
+        assert_eq!(
+            p.backends(),
+            [
+                BackendKind::Wayland {
+                    clipboard: ClipboardVia::WlrDataControl(2),
+                    resize: ResizeVia::WlrOutputManagement
+                },
+                BackendKind::X11,
+                BackendKind::Null
+            ]
+        );
+        assert!(p.0[0].why.contains("zwlr-data-control-v1"), "{p:?}");
+        assert!(ClipboardVia::WlrDataControl(2).has_primary());
+        assert!(!ClipboardVia::WlrDataControl(1).has_primary());
     }
 
     #[test]
     fn no_seat_no_data_control() {
+        // Data-control needs a seat; without one the X11 backend on Xwayland serves.
         let gl = g(&[(globals::WLR_DATA_CONTROL, 2)]);
         assert_eq!(
-            plan(&env("sway", true), Some(&gl)).clipboard,
-            ClipboardBackend::X11
+            plan(&env("sway", true), Some(&gl)).backends(),
+            [BackendKind::X11, BackendKind::Null]
         );
     }
 
@@ -251,8 +405,9 @@ mod tests {
         let mut e = env("GNOME", true);
         e.session_type = Some("x11".into());
         let gl = g(&[("wl_seat", 8), (globals::EXT_DATA_CONTROL, 1)]);
-        assert_eq!(plan(&e, Some(&gl)).clipboard, ClipboardBackend::X11);
-        let e = SessionEnv::default();
-        assert_eq!(plan(&e, None).clipboard, ClipboardBackend::None);
+        assert_eq!(
+            plan(&e, Some(&gl)).backends(),
+            [BackendKind::X11, BackendKind::Null]
+        );
     }
 }

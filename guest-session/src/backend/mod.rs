@@ -2,85 +2,93 @@
 //!
 //! A backend owns the clipboard selections (CLIPBOARD and PRIMARY) on behalf of the host, reports the guest's own
 //! clipboard changes, applies monitor configurations and reports the resulting geometry. Calls never block: a
-//! backend queues work on its own thread (or task) and answers through [`BackendEvent`]s on the channel it was
+//! backend queues work on its own thread (or task) and answers through [`DesktopEvent`]s on the channel it was
 //! created with. Implementations: X11 ([`x11`]), native Wayland ([`wayland`]: data-control clipboard,
-//! wlr-output-management / kscreen-doctor resize) and GNOME ([`wayland::GnomeBackend`]: X11 clipboard on Xwayland +
-//! Mutter DisplayConfig).
+//! wlr-output-management resize, or KDE's kscreen-doctor from [`kde`]) and GNOME ([`gnome`]: X11 clipboard on
+//! Xwayland + Mutter DisplayConfig). [`follow_preferred`] is the preferred-mode policy all of them share.
 //!
-//! Choice ([`select`], by capability, see [`detect`] and docs/wayland.md): on Wayland the native backend when the
-//! compositor has data-control, GNOME's pair under GNOME; else `$DISPLAY` set → X11 (also under Xwayland);
-//! otherwise a [`null::NullBackend`] that keeps file transfers working and answers every clipboard request empty.
+//! Choice ([`select`]): [`detect::plan`] lists the backends to try, by capability (see docs/wayland.md): on
+//! Wayland the native backend when the compositor has data-control, the GNOME backend under GNOME; then X11 when
+//! `$DISPLAY` is set (also under Xwayland); last a [`null::NullBackend`] that keeps file transfers working and
+//! answers every clipboard request empty. The first that starts is used.
 
+mod clipboard_data;
 pub mod detect;
+pub mod follow_preferred;
+pub mod gnome;
+pub mod kde;
 pub mod null;
 pub mod wayland;
 pub(crate) mod worker;
 pub mod x11;
 
-use std::fs::File;
-use std::sync::Arc;
-
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// What a backend tells the daemon connection (and so the host).
-/// Clipboard data in a memfd filled by a backend ([`BackendEvent::ClipboardFile`]); equal when it is the same
-/// file.
-#[derive(Debug, Clone)]
-pub struct ClipboardMemfd {
-    /// The memfd, written from offset 0.
-    pub file: Arc<File>,
-    /// Bytes written.
-    pub len: usize,
-}
+use detect::BackendKind;
 
-impl PartialEq for ClipboardMemfd {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.file, &other.file) && self.len == other.len
-    }
-}
+pub use clipboard_data::ClipboardMemfd;
 
-impl Eq for ClipboardMemfd {}
+/// Hard cap on clipboard data read from guest applications, below the session frame limit.
+pub const HARD_MAX_CLIPBOARD: usize = 64 * 1024 * 1024 - 64 * 1024;
 
-impl ClipboardMemfd {
-    /// A new, empty memfd that can be sealed once filled.
-    pub fn create_file() -> std::io::Result<File> {
-        use nix::sys::memfd::{memfd_create, MFdFlags};
-        let fd = memfd_create(
-            c"guestlink-clipboard",
-            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-        )?;
-        Ok(File::from(fd))
-    }
-
-    /// A memfd holding `data`.
-    pub fn from_bytes(data: &[u8]) -> std::io::Result<Self> {
-        use std::io::Write;
-        let mut file = Self::create_file()?;
-        file.write_all(data)?;
-        Ok(Self {
-            file: Arc::new(file),
-            len: data.len(),
-        })
-    }
-
-    /// Seals the memfd against any change (what guestlinkd checks before reading it) and returns a descriptor
-    /// of it to pass.
-    pub fn seal_and_share(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-        use std::os::fd::AsFd;
-        let seals = SealFlag::F_SEAL_SHRINK
-            | SealFlag::F_SEAL_GROW
-            | SealFlag::F_SEAL_WRITE
-            | SealFlag::F_SEAL_SEAL;
-        fcntl(&*self.file, FcntlArg::F_ADD_SEALS(seals))?;
-        self.file.as_fd().try_clone_to_owned()
-    }
-}
-
+/// What the daemon connection asks of the desktop backend (one variant per operation; each backend's
+/// `command` match handles every one). Answers come back as [`DesktopEvent`]s.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendEvent {
+pub enum DesktopCommand {
+    /// The host owns `selection` with `types`: take the guest selection on its behalf.
+    ClipboardGrab {
+        /// Selection.
+        selection: Selection,
+        /// Offered vdagent types.
+        types: Vec<ClipboardType>,
+    },
+    /// The host wants the guest's `selection` as `data_type`: answer with [`DesktopEvent::ClipboardData`] (or
+    /// [`DesktopEvent::ClipboardFile`]).
+    ClipboardRequest {
+        /// Selection.
+        selection: Selection,
+        /// Wanted type.
+        data_type: ClipboardType,
+    },
+    /// The host's answer to a [`DesktopEvent::ClipboardRequest`] (`ClipboardType::None` + empty = nothing).
+    ClipboardData {
+        /// Selection.
+        selection: Selection,
+        /// Type of `data`.
+        data_type: ClipboardType,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The host released `selection`: drop the guest selection if it is still held for the host.
+    ClipboardRelease {
+        /// Selection.
+        selection: Selection,
+    },
+    /// Drop every selection held for the host (client or daemon gone).
+    ReleaseHostSelections,
+    /// The largest clipboard payload to read from guest applications (`None` = [`HARD_MAX_CLIPBOARD`]).
+    MaxClipboard(Option<usize>),
+    /// Apply a monitors config (indexed by display id, w = h = 0 disabled); the result comes back as
+    /// [`DesktopEvent::Geometry`].
+    ApplyMonitors {
+        /// `VD_AGENT_CONFIG_MONITORS_FLAG_*`.
+        flags: u32,
+        /// The monitors.
+        monitors: Vec<SessionMonitor>,
+    },
+    /// Report the current geometry ([`DesktopEvent::Geometry`]) and re-announce guest-owned selections (after a
+    /// reconnect to the daemon).
+    Resync,
+    /// Report the geometry again (the X11 backend only if it changed): the display id → output map changed
+    /// ([`crate::display_map`]), or a resize finished on another thread (KDE's kscreen-doctor).
+    ReportGeometry,
+}
+
+/// What a backend tells the daemon connection (and so the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DesktopEvent {
     /// A guest application owns `selection` now and offers `types`.
     ClipboardGrab {
         /// Selection.
@@ -95,7 +103,7 @@ pub enum BackendEvent {
         /// Wanted type.
         data_type: ClipboardType,
     },
-    /// The answer to [`DesktopBackend::clipboard_request`] (`ClipboardType::None` + empty = nothing).
+    /// The answer to [`DesktopCommand::ClipboardRequest`] (`ClipboardType::None` + empty = nothing).
     ClipboardData {
         /// Selection.
         selection: Selection,
@@ -104,7 +112,7 @@ pub enum BackendEvent {
         /// The bytes.
         data: Vec<u8>,
     },
-    /// Like [`BackendEvent::ClipboardData`], with the data collected straight into a memfd (the X11 INCR path:
+    /// Like [`DesktopEvent::ClipboardData`], with the data collected straight into a memfd (the X11 INCR path:
     /// each chunk is written as it arrives, so the copy overlaps the transfer instead of following it).
     ClipboardFile {
         /// Selection.
@@ -121,7 +129,7 @@ pub enum BackendEvent {
     },
     /// The desktop layout (after a monitors config, a foreign change, or on request).
     Geometry(Vec<GeometryMonitor>),
-    /// The backend stopped (display connection lost); the agent exits.
+    /// The backend stopped (display connection lost); the session agent exits.
     Fatal(String),
 }
 
@@ -136,85 +144,58 @@ pub struct BackendFeatures {
     pub resize: bool,
 }
 
-/// The interface every desktop backend implements. All calls are non-blocking requests.
+/// The interface every desktop backend implements.
 pub trait DesktopBackend: std::fmt::Debug + Send {
-    /// Short name for logs ("x11", "none").
+    /// Short name for logs ("x11", "wayland", "gnome", "none").
     fn name(&self) -> &'static str;
     /// Supported features.
     fn features(&self) -> BackendFeatures;
-    /// The host owns `selection` with `types`: take the guest selection on its behalf.
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>);
-    /// The host wants the guest's `selection` as `data_type`: answer with [`BackendEvent::ClipboardData`].
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType);
-    /// The host's answer to a [`BackendEvent::ClipboardRequest`].
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>);
-    /// The host released `selection`: drop the guest selection if it is still held for the host.
-    fn clipboard_release(&self, selection: Selection);
-    /// Drops every selection held for the host (client or daemon gone).
-    fn release_host_selections(&self);
-    /// The largest clipboard payload to read from guest applications (`None` = backend default).
-    fn set_max_clipboard(&self, max: Option<usize>);
-    /// Applies a monitors config (indexed by display id, w = h = 0 disabled); the result comes back as
-    /// [`BackendEvent::Geometry`].
-    fn apply_monitors(&self, flags: u32, monitors: Vec<SessionMonitor>);
-    /// Reports the current geometry ([`BackendEvent::Geometry`]) and re-announces guest-owned selections
-    /// (after a reconnect to the daemon).
-    fn resync(&self);
-    /// The display id → output map changed ([`crate::display_map`]): report the geometry with the new ids.
-    fn displays_remapped(&self) {}
+    /// Queues `cmd`; never blocks. Results come back as [`DesktopEvent`]s on the backend's [`EventSender`].
+    fn command(&self, cmd: DesktopCommand);
 }
 
 /// Events channel a backend reports on.
-pub type EventSender = UnboundedSender<BackendEvent>;
+pub type EventSender = UnboundedSender<DesktopEvent>;
 
-/// Picks the backend from the environment and starts it. Logs what was chosen and why.
+/// Picks the backend from the environment ([`detect::plan`]) and starts the first of the plan that starts. Logs the
+/// plan, the choice and why.
 pub fn select(events: EventSender) -> Box<dyn DesktopBackend> {
-    // Native Wayland first (data-control); it falls through to X11 (Xwayland) when the compositor lacks it.
     let env = detect::SessionEnv::from_env();
+    // On Wayland the plan depends on the compositor's globals; the same connection then serves the backend.
+    let mut compositor = None;
     if env.is_wayland() {
-        match wayland::start(events.clone(), &env) {
-            Ok((Some(b), plan)) => {
-                tracing::info!(?plan, "backend wayland: {}", plan.why);
-                return Box::new(b);
-            }
-            Ok((None, plan)) => {
-                tracing::info!(?plan, "no native Wayland backend: {}", plan.why);
-                if plan.resize == detect::ResizeBackend::MutterDisplayConfig {
-                    if let Some(b) = wayland::gnome(events.clone(), &plan) {
-                        return b;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!("Wayland backend failed to start: {e:#}"),
+        match wayland::Compositor::connect() {
+            Ok(c) => compositor = Some(c),
+            Err(e) => tracing::warn!("Wayland compositor: {e:#}"),
         }
     }
-    let display = std::env::var_os("DISPLAY").filter(|d| !d.is_empty());
-    let wayland = std::env::var_os("WAYLAND_DISPLAY").filter(|d| !d.is_empty());
-    match (display, wayland) {
-        (Some(d), wayland) => {
-            let why = if wayland.is_some() {
-                "DISPLAY is set (Xwayland; no native Wayland backend yet)"
-            } else {
-                "DISPLAY is set"
-            };
-            match x11::start(events.clone()) {
-                Ok(b) => {
-                    tracing::info!(display = ?d, "backend x11: {why}");
-                    return Box::new(b);
-                }
-                Err(e) => tracing::error!(display = ?d, "backend x11 failed to start: {e:#}"),
+    let plan = detect::plan(&env, compositor.as_ref().map(wayland::Compositor::globals));
+    tracing::info!(plan = ?plan.backends(), "desktop backends to try, in order");
+    for detect::Step { backend, why } in plan.0 {
+        let started: anyhow::Result<Box<dyn DesktopBackend>> = match backend {
+            BackendKind::Wayland { clipboard, resize } => match compositor.take() {
+                Some(c) => wayland::start(events.clone(), c, clipboard, resize)
+                    .map(|b| Box::new(b) as Box<dyn DesktopBackend>),
+                None => Err(anyhow::anyhow!("no Wayland connection")),
+            },
+            BackendKind::Gnome { clipboard } => {
+                gnome::start(events.clone(), clipboard).map(|b| Box::new(b) as _)
             }
-        }
-        (None, Some(w)) => tracing::warn!(
-            wayland = ?w,
-            "WAYLAND_DISPLAY without DISPLAY and no usable Wayland protocol (data-control, output management): clipboard and resize disabled"
-        ),
-        (None, None) => {
-            tracing::warn!(
-                "neither DISPLAY nor WAYLAND_DISPLAY is set; clipboard and resize disabled"
-            );
+            BackendKind::X11 => x11::start(events.clone()).map(|b| Box::new(b) as _),
+            BackendKind::Null => Ok(Box::new(null::NullBackend::new(events.clone()))),
+        };
+        match started {
+            Ok(b) if backend == BackendKind::Null => {
+                tracing::warn!("backend none: {why}");
+                return b;
+            }
+            Ok(b) => {
+                tracing::info!("backend {}: {why}", b.name());
+                return b;
+            }
+            Err(e) => tracing::warn!("backend {} failed to start: {e:#}", backend.name()),
         }
     }
-    tracing::info!("backend none: file transfers only");
+    // Not reached: the plan ends with the null backend, which always starts.
     Box::new(null::NullBackend::new(events))
 }

@@ -1,9 +1,8 @@
 //! The fallback backend without a display: clipboard requests are answered empty, geometry is empty.
 
-use guestlink_protocol::session::SessionMonitor;
-use guestlink_protocol::vdagent::{ClipboardType, Selection};
+use guestlink_protocol::vdagent::ClipboardType;
 
-use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use super::{BackendFeatures, DesktopBackend, DesktopCommand, DesktopEvent, EventSender};
 
 /// No display server: file transfers still work, nothing else does.
 #[derive(Debug)]
@@ -29,22 +28,23 @@ impl DesktopBackend for NullBackend {
             resize: false,
         }
     }
-    fn clipboard_grab(&self, _: Selection, _: Vec<ClipboardType>) {}
-    fn clipboard_request(&self, selection: Selection, _: ClipboardType) {
-        let _ = self.events.send(BackendEvent::ClipboardData {
-            selection,
-            data_type: ClipboardType::None,
-            data: Vec::new(),
-        });
-    }
-    fn clipboard_data(&self, _: Selection, _: ClipboardType, _: Vec<u8>) {}
-    fn clipboard_release(&self, _: Selection) {}
-    fn release_host_selections(&self) {}
-    fn set_max_clipboard(&self, _: Option<usize>) {}
-    fn apply_monitors(&self, _: u32, _: Vec<SessionMonitor>) {
-        let _ = self.events.send(BackendEvent::Geometry(Vec::new()));
-    }
-    fn resync(&self) {
-        let _ = self.events.send(BackendEvent::Geometry(Vec::new()));
+    fn command(&self, cmd: DesktopCommand) {
+        let reply = match cmd {
+            DesktopCommand::ClipboardRequest { selection, .. } => DesktopEvent::ClipboardData {
+                selection,
+                data_type: ClipboardType::None,
+                data: Vec::new(),
+            },
+            DesktopCommand::ApplyMonitors { .. } | DesktopCommand::Resync => {
+                DesktopEvent::Geometry(Vec::new())
+            }
+            DesktopCommand::ClipboardGrab { .. }
+            | DesktopCommand::ClipboardData { .. }
+            | DesktopCommand::ClipboardRelease { .. }
+            | DesktopCommand::ReleaseHostSelections
+            | DesktopCommand::MaxClipboard(_)
+            | DesktopCommand::ReportGeometry => return,
+        };
+        let _ = self.events.send(reply);
     }
 }

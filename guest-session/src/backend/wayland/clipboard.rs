@@ -17,7 +17,7 @@ use guestlink_protocol::vdagent::{ClipboardType, Selection};
 
 use super::data_control::{Device, DeviceEvent, Manager, Offer, Source, SourceEvent};
 use super::{io, State};
-use crate::backend::BackendEvent;
+use crate::backend::DesktopEvent;
 
 /// A MIME type only our own sources offer.
 pub const MARKER: &str = "application/x-guestlink-session";
@@ -161,7 +161,7 @@ impl State {
         tracing::debug!(selection = i, ?mimes, ?types, "guest selection");
         match offer {
             Some(o) if !types.is_empty() => {
-                let _ = events.send(BackendEvent::ClipboardGrab {
+                let _ = events.send(DesktopEvent::ClipboardGrab {
                     selection: SELECTIONS[i],
                     types: types.clone(),
                 });
@@ -172,7 +172,7 @@ impl State {
                     o.destroy();
                 }
                 if announced {
-                    let _ = events.send(BackendEvent::ClipboardRelease {
+                    let _ = events.send(DesktopEvent::ClipboardRelease {
                         selection: SELECTIONS[i],
                     });
                 }
@@ -207,7 +207,7 @@ impl State {
                 let first = !h.pending.iter().any(|(pt, _, _)| *pt == t);
                 h.pending.push((t, fd, Instant::now()));
                 if first {
-                    let _ = events.send(BackendEvent::ClipboardRequest {
+                    let _ = events.send(DesktopEvent::ClipboardRequest {
                         selection: SELECTIONS[i],
                         data_type: t,
                     });
@@ -246,7 +246,7 @@ impl State {
     }
 
     pub(super) fn host_request(&mut self, s: Selection, t: ClipboardType) {
-        let empty = BackendEvent::ClipboardData {
+        let empty = DesktopEvent::ClipboardData {
             selection: s,
             data_type: ClipboardType::None,
             data: Vec::new(),
@@ -307,7 +307,7 @@ impl State {
         let Some(c) = self.clip.as_ref() else { return };
         for (i, sel) in c.sel.iter().enumerate() {
             if let Some((_, types)) = &sel.guest {
-                let _ = self.events.send(BackendEvent::ClipboardGrab {
+                let _ = self.events.send(DesktopEvent::ClipboardGrab {
                     selection: SELECTIONS[i],
                     types: types.clone(),
                 });

@@ -11,7 +11,7 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::clipboard::TRANSFER_TIMEOUT;
-use crate::backend::{BackendEvent, EventSender};
+use crate::backend::{DesktopEvent, EventSender};
 
 fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
@@ -78,7 +78,7 @@ pub fn write_all(fd: OwnedFd, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reads the guest's data for a host request and answers with [`BackendEvent::ClipboardData`] (empty on error).
+/// Reads the guest's data for a host request and answers with [`DesktopEvent::ClipboardData`] (empty on error).
 pub fn spawn_reader(
     fd: OwnedFd,
     max: usize,
@@ -99,7 +99,7 @@ pub fn spawn_reader(
                     (ClipboardType::None, Vec::new())
                 }
             };
-            let _ = events.send(BackendEvent::ClipboardData {
+            let _ = events.send(DesktopEvent::ClipboardData {
                 selection,
                 data_type,
                 data,

@@ -1,5 +1,7 @@
 //! The native Wayland backend: clipboard over data-control (ext-data-control-v1, else zwlr-data-control-v1) and
-//! resize over wlr-output-management, with a direct `wayland-client` implementation.
+//! resize over wlr-output-management or, on KDE, kscreen-doctor ([`super::kde`]), with a direct `wayland-client`
+//! implementation. [`Compositor`] reads the globals that [`super::detect::plan`] decides on; [`start`] then serves
+//! on the same connection. GNOME, which has no data-control, has its own backend ([`super::gnome`]).
 //!
 //! Why not wl-clipboard-rs: its copy/paste API is one-shot (a paste connects, reads and disconnects; a copy
 //! serves from a forked/background thread until replaced), while this agent lives as long as the session, must
@@ -9,15 +11,10 @@
 
 mod clipboard;
 mod data_control;
-pub(crate) mod follow_preferred;
 mod io;
-mod kde;
-mod mutter;
 mod output;
 
-pub use mutter::{GnomeBackend, MutterResize};
-
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
@@ -27,14 +24,17 @@ use anyhow::{bail, Context, Result};
 use guestlink_protocol::session::GeometryMonitor;
 use guestlink_protocol::vdagent::Selection;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use wayland_client::globals::{registry_queue_init, GlobalListContents};
+use wayland_client::globals::{registry_queue_init, GlobalList, GlobalListContents};
 use wayland_client::protocol::{wl_registry, wl_seat::WlSeat};
 use wayland_client::{Connection, Dispatch, EventQueue, QueueHandle};
 use wayland_protocols::xdg::xdg_output::zv1::client::zxdg_output_manager_v1::ZxdgOutputManagerV1;
 
-use super::detect::{self, ClipboardBackend, Plan, ResizeBackend, SessionEnv};
-use super::worker::{wake_pair, Command, ThreadBackend, Worker};
-use super::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use super::detect::{self, ClipboardVia, ResizeVia};
+use super::worker::{wake_pair, Inbox, Job, ThreadBackend};
+use super::{
+    follow_preferred, kde, BackendFeatures, DesktopCommand, DesktopEvent, EventSender,
+    HARD_MAX_CLIPBOARD,
+};
 use data_control::Manager;
 
 /// The state owned by the Wayland thread.
@@ -54,8 +54,8 @@ pub(crate) struct State {
     need_geometry: bool,
     last_geometry: Option<Vec<GeometryMonitor>>,
     fatal: Option<String>,
-    /// KDE: resize with kscreen-doctor; the handle to wake this thread when it is done.
-    kscreen: Option<(mpsc::Sender<Command>, UnixStream)>,
+    /// KDE: resize with kscreen-doctor; this thread's own queue, for the helper thread to report back when done.
+    kscreen: Option<Inbox>,
     /// KDE: follows a changed preferred mode (virtio-gpu hotplug); the flag says a kscreen-doctor thread runs.
     kde_follow: (
         std::sync::Arc<std::sync::Mutex<follow_preferred::Follower>>,
@@ -63,38 +63,64 @@ pub(crate) struct State {
     ),
 }
 
-/// Connects to `$WAYLAND_DISPLAY`, reads the globals and chooses by capability. Returns the backend when
-/// data-control is available, else `None` (the caller falls back, following the returned [`Plan`]).
-pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBackend>, Plan)> {
-    let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
-    let (globals, mut queue) =
-        registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
-    let list = detect::Globals(
-        globals
-            .contents()
-            .clone_list()
-            .into_iter()
-            .map(|g| (g.interface, g.version))
-            .collect(),
-    );
-    tracing::debug!(globals = ?list.0, "Wayland globals");
-    let plan = detect::plan(env, Some(&list));
-    if !matches!(
-        plan.clipboard,
-        ClipboardBackend::ExtDataControl | ClipboardBackend::WlrDataControl(_)
-    ) {
-        return Ok((None, plan));
+/// A connection to the compositor with its globals read: what detection looks at, and what [`start`] then
+/// uses.
+pub struct Compositor {
+    globals: GlobalList,
+    queue: EventQueue<State>,
+    list: detect::Globals,
+}
+
+impl Compositor {
+    /// Connects to `$WAYLAND_DISPLAY` and reads the globals.
+    pub fn connect() -> Result<Self> {
+        let conn = Connection::connect_to_env().context("connecting to the Wayland compositor")?;
+        let (globals, queue) =
+            registry_queue_init::<State>(&conn).context("reading the Wayland globals")?;
+        let list = detect::Globals(
+            globals
+                .contents()
+                .clone_list()
+                .into_iter()
+                .map(|g| (g.interface, g.version))
+                .collect(),
+        );
+        tracing::debug!(globals = ?list.0, "Wayland globals");
+        Ok(Self {
+            globals,
+            queue,
+            list,
+        })
     }
+
+    /// The advertised globals.
+    pub fn globals(&self) -> &detect::Globals {
+        &self.list
+    }
+}
+
+/// Starts the native backend on `compositor`: the clipboard over `clipboard` (a data-control protocol), resize
+/// over `resize` when it is wlr-output-management or kscreen-doctor.
+pub fn start(
+    events: EventSender,
+    compositor: Compositor,
+    clipboard: ClipboardVia,
+    resize: ResizeVia,
+) -> Result<ThreadBackend> {
+    let Compositor {
+        globals, mut queue, ..
+    } = compositor;
     let qh = queue.handle();
     let seat: WlSeat = globals.bind(&qh, 1..=1, ()).context("binding wl_seat")?;
-    let manager = match plan.clipboard {
-        ClipboardBackend::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
-        _ => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+    let manager = match clipboard {
+        ClipboardVia::ExtDataControl => Manager::Ext(globals.bind(&qh, 1..=1, ())?),
+        ClipboardVia::WlrDataControl(_) => Manager::Wlr(globals.bind(&qh, 1..=2, ())?),
+        ClipboardVia::X11 | ClipboardVia::None => bail!("no data-control protocol"),
     };
     let device = manager.get_data_device(&seat, &qh);
-    let clip = clipboard::Clipboard::new(manager, device, plan.clipboard.has_primary());
-    let wlr = match plan.resize {
-        ResizeBackend::WlrOutputManagement => globals
+    let clip = clipboard::Clipboard::new(manager, device, clipboard.has_primary());
+    let wlr = match resize {
+        ResizeVia::WlrOutputManagement => globals
             .bind(&qh, 1..=2, ())
             .map(output::Wlr::new)
             .map_err(|e| tracing::warn!("binding zwlr_output_manager_v1: {e}"))
@@ -108,7 +134,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
         outputs: Vec::new(),
         xdg_outputs: globals.bind(&qh, 1..=3, ()).ok(),
         wlr,
-        max_clipboard: super::x11::HARD_MAX_CLIPBOARD,
+        max_clipboard: HARD_MAX_CLIPBOARD,
         outputs_changed: false,
         need_geometry: false,
         kde_follow: (
@@ -129,9 +155,10 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
     queue.roundtrip(&mut state).context("Wayland round trip")?;
     let (wake_tx, wake_rx) = wake_pair()?;
     let (tx, rx) = mpsc::channel();
-    if plan.resize == ResizeBackend::KscreenDoctor {
+    let inbox = Inbox::new(tx, wake_tx);
+    if resize == ResizeVia::KscreenDoctor {
         if kde::available() {
-            state.kscreen = Some((tx.clone(), wake_tx.try_clone()?));
+            state.kscreen = Some(inbox.clone());
         } else {
             tracing::warn!(
                 "KDE without kscreen-doctor (libkf5screen-bin / kscreen): cannot resize"
@@ -140,7 +167,7 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
     }
     let features = BackendFeatures {
         clipboard: true,
-        primary: plan.clipboard.has_primary(),
+        primary: clipboard.has_primary(),
         resize: state.wlr.is_some() || state.kscreen.is_some(),
     };
     let thread = std::thread::Builder::new()
@@ -148,12 +175,11 @@ pub fn start(events: EventSender, env: &SessionEnv) -> Result<(Option<ThreadBack
         .spawn(move || {
             if let Err(e) = state.run(&mut queue, &rx, &wake_rx) {
                 tracing::error!("Wayland backend stopped: {e:#}");
-                let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
+                let _ = events.send(DesktopEvent::Fatal(format!("{e:#}")));
             }
         })
         .context("spawning the Wayland thread")?;
-    let backend = ThreadBackend::new("wayland", features, Worker::new(tx, wake_tx, thread));
-    Ok((Some(backend), plan))
+    Ok(ThreadBackend::new("wayland", features, inbox, thread))
 }
 
 impl State {
@@ -167,62 +193,55 @@ impl State {
         self.outputs.push(o);
     }
 
-    fn command(&mut self, cmd: Command) {
+    fn command(&mut self, cmd: DesktopCommand) {
         match cmd {
-            Command::Grab(s, types) => self.host_grab(s, types),
-            Command::Request(s, t) => self.host_request(s, t),
-            Command::Data(s, t, data) => self.host_data(s, t, data),
-            Command::Release(s) => self.host_release(s),
-            Command::ReleaseHostOwned => {
+            DesktopCommand::ClipboardGrab { selection, types } => self.host_grab(selection, types),
+            DesktopCommand::ClipboardRequest {
+                selection,
+                data_type,
+            } => self.host_request(selection, data_type),
+            DesktopCommand::ClipboardData {
+                selection,
+                data_type,
+                data,
+            } => self.host_data(selection, data_type, data),
+            DesktopCommand::ClipboardRelease { selection } => self.host_release(selection),
+            DesktopCommand::ReleaseHostSelections => {
                 self.host_release(Selection::Clipboard);
                 self.host_release(Selection::Primary);
             }
-            Command::MaxClipboard(max) => {
-                self.max_clipboard = max
-                    .unwrap_or(super::x11::HARD_MAX_CLIPBOARD)
-                    .min(super::x11::HARD_MAX_CLIPBOARD);
+            DesktopCommand::MaxClipboard(max) => {
+                self.max_clipboard = max.unwrap_or(HARD_MAX_CLIPBOARD).min(HARD_MAX_CLIPBOARD);
             }
-            Command::Monitors(_, m) => match &self.kscreen {
-                Some((tx, wake)) if self.wlr.is_none() => {
+            DesktopCommand::ApplyMonitors { monitors, .. } => match &self.kscreen {
+                Some(inbox) if self.wlr.is_none() => {
                     if let Ok(mut f) = self.kde_follow.0.lock() {
                         f.host_request(Instant::now());
                     }
-                    let (tx, wake) = (tx.clone(), wake.try_clone());
-                    kde::spawn_apply(m, move || {
-                        if tx.send(Command::ReportGeometry).is_ok() {
-                            if let Ok(mut w) = wake {
-                                let _ = w.write(&[1]);
-                            }
-                        }
+                    let inbox = inbox.clone();
+                    kde::spawn_apply(monitors, move || {
+                        inbox.send(Job::Command(DesktopCommand::ReportGeometry));
                     });
                 }
-                _ => self.apply_monitors(m),
+                _ => self.apply_monitors(monitors),
             },
-            Command::ReportGeometry => self.need_geometry = true,
-            Command::Resync => {
+            DesktopCommand::ReportGeometry => self.need_geometry = true,
+            DesktopCommand::Resync => {
                 self.need_geometry = true;
                 self.reannounce();
             }
-            Command::Shutdown => {}
         }
     }
 
     /// KDE: after an output change, follows a changed preferred mode through kscreen-doctor.
     fn kde_follow_preferred(&self) {
-        let Some((tx, wake)) = self.kscreen.as_ref().filter(|_| self.wlr.is_none()) else {
+        let Some(inbox) = self.kscreen.clone().filter(|_| self.wlr.is_none()) else {
             return;
         };
-        let (tx, wake) = (tx.clone(), wake.try_clone());
         kde::spawn_follow(
             self.kde_follow.0.clone(),
             self.kde_follow.1.clone(),
-            move || {
-                if tx.send(Command::ReportGeometry).is_ok() {
-                    if let Ok(mut w) = wake {
-                        let _ = w.write(&[1]);
-                    }
-                }
-            },
+            move || inbox.send(Job::Command(DesktopCommand::ReportGeometry)),
         );
     }
 
@@ -231,14 +250,14 @@ impl State {
         if force || self.last_geometry.as_ref() != Some(&g) {
             tracing::info!(geometry = ?g, "geometry");
             self.last_geometry = Some(g.clone());
-            let _ = self.events.send(BackendEvent::Geometry(g));
+            let _ = self.events.send(DesktopEvent::Geometry(g));
         }
     }
 
     fn run(
         &mut self,
         queue: &mut EventQueue<State>,
-        rx: &mpsc::Receiver<Command>,
+        rx: &mpsc::Receiver<Job>,
         wake: &UnixStream,
     ) -> Result<()> {
         self.report_geometry(true);
@@ -247,8 +266,8 @@ impl State {
             while matches!((&*wake).read(&mut buf), Ok(n) if n > 0) {}
             loop {
                 match rx.try_recv() {
-                    Ok(Command::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-                    Ok(cmd) => self.command(cmd),
+                    Ok(Job::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                    Ok(Job::Command(cmd)) => self.command(cmd),
                     Err(mpsc::TryRecvError::Empty) => break,
                 }
             }
@@ -347,41 +366,4 @@ impl ReleaseIfPossible for wayland_client::protocol::wl_output::WlOutput {
             self.release();
         }
     }
-}
-
-/// GNOME (no data-control): Mutter DisplayConfig for resize, plus the X11 clipboard on Xwayland when `plan` says
-/// so (its RandR geometry is filtered out: mutter's layout is the one reported). `None` when DisplayConfig does not
-/// answer (the caller falls back to X11 alone).
-pub fn gnome(events: EventSender, plan: &Plan) -> Option<Box<dyn DesktopBackend>> {
-    let resize = match MutterResize::start(events.clone()) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("Mutter DisplayConfig unavailable: {e:#}");
-            return None;
-        }
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let forward = events.clone();
-    tokio::spawn(async move {
-        while let Some(ev) = rx.recv().await {
-            if !matches!(ev, BackendEvent::Geometry(_)) && forward.send(ev).is_err() {
-                return;
-            }
-        }
-    });
-    let clipboard: Box<dyn DesktopBackend> = match plan.clipboard {
-        ClipboardBackend::X11 => match super::x11::start(tx.clone()) {
-            Ok(b) => Box::new(b),
-            Err(e) => {
-                tracing::warn!("X11 clipboard on Xwayland failed to start: {e:#}");
-                Box::new(super::null::NullBackend::new(tx))
-            }
-        },
-        _ => Box::new(super::null::NullBackend::new(tx)),
-    };
-    tracing::info!(
-        clipboard = clipboard.name(),
-        "backend gnome: Mutter DisplayConfig resize"
-    );
-    Some(Box::new(GnomeBackend::new(clipboard, resize)))
 }

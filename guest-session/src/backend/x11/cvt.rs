@@ -1,5 +1,5 @@
 //! CVT reduced-blanking mode timings at 60 Hz (VESA CVT 1.2 "RB", as Xorg `xf86cvt.c` and spice-vdagent's
-//! `set_reduced_cvt_mode` compute them). Pure arithmetic, shared by every backend that must create modes.
+//! `set_reduced_cvt_mode` compute them). Pure arithmetic, for the modes the RandR resize ([`super::randr`]) creates.
 
 /// Horizontal blanking in pixels.
 const H_BLANK: u32 = 160;

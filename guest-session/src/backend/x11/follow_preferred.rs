@@ -4,7 +4,7 @@
 //! agent; the guest kernel only makes the client's size the output's preferred mode and signals a hotplug. The X
 //! server (modesetting or qxl driver) re-probes the output and sends a RandR output-change notification, but keeps
 //! the current mode. Here, on every RandR notification, the connected outputs are read back and the same policy
-//! as the Wayland backends decides ([`crate::backend::wayland::follow_preferred::Follower`]): an output whose
+//! as the Wayland and GNOME backends decides ([`crate::backend::follow_preferred::Follower`]): an output whose
 //! preferred mode *changed* to a size other than its current one is switched to it, the other outputs keep their
 //! rectangles, and the result goes through the ordinary RandR resize ([`X11::apply_monitors`]) with positions.
 //! See docs/desktops.md. Off with `GUESTLINK_FOLLOW_PREFERRED=0`.
@@ -17,7 +17,7 @@ use guestlink_protocol::vdagent::display::MONITORS_FLAG_USE_POS;
 use x11rb::protocol::randr::{Connection as RandrConnection, ConnectionExt as _};
 
 use super::X11;
-use crate::backend::wayland::follow_preferred::{keep_layout_and_follow, Follower, OutputModes};
+use crate::backend::follow_preferred::{keep_layout_and_follow, Follower, OutputModes};
 
 /// One RandR output as the server reports it, in the screen's output order (display id = index).
 #[derive(Debug, Clone, PartialEq, Eq)]

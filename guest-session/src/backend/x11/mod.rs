@@ -1,9 +1,9 @@
 //! The X11 backend: clipboard (CLIPBOARD and PRIMARY, INCR both ways) and RandR resize, with x11rb.
 //!
 //! One dedicated thread owns a blocking [`RustConnection`]. It waits with `poll(2)` on the X connection and on a
-//! wake-up socket; the handle ([`ThreadBackend`], from [`start`]) queues [`Command`]s and writes one byte to wake it. Nothing in the
-//! thread waits without a deadline: reads from guest applications, host answers and INCR transfers all expire
-//! (see [`serve`] and [`read`]). Events travel back as [`BackendEvent`]s.
+//! wake-up socket; the handle ([`ThreadBackend`], from [`start`]) queues each [`DesktopCommand`] and writes one
+//! byte to wake it. Nothing in the thread waits without a deadline: reads from guest applications, host answers
+//! and INCR transfers all expire (see [`serve`] and [`read`]). Events travel back as [`DesktopEvent`]s.
 
 mod atoms;
 pub mod cvt;
@@ -34,11 +34,8 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 
 use self::atoms::Atoms;
-use super::worker::{wake_pair, Command, ThreadBackend, Worker};
-use super::{BackendEvent, BackendFeatures, EventSender};
-
-/// Hard cap on clipboard data read from guest applications, below the session frame limit.
-pub const HARD_MAX_CLIPBOARD: usize = 64 * 1024 * 1024 - 64 * 1024;
+use super::worker::{wake_pair, Inbox, Job, ThreadBackend};
+use super::{BackendFeatures, DesktopCommand, DesktopEvent, EventSender, HARD_MAX_CLIPBOARD};
 /// Largest INCR chunk we write (spice-vdagent uses the same cap).
 const MAX_CHUNK: usize = 256 * 1024;
 
@@ -53,7 +50,7 @@ pub fn start(events: EventSender) -> Result<ThreadBackend> {
             let mut state = state;
             if let Err(e) = state.run(&rx) {
                 tracing::error!("X11 backend stopped: {e:#}");
-                let _ = events.send(BackendEvent::Fatal(format!("{e:#}")));
+                let _ = events.send(DesktopEvent::Fatal(format!("{e:#}")));
             }
         })
         .context("spawning the X11 thread")?;
@@ -65,7 +62,8 @@ pub fn start(events: EventSender) -> Result<ThreadBackend> {
     Ok(ThreadBackend::new(
         "x11",
         features,
-        Worker::new(tx, wake_tx, thread),
+        Inbox::new(tx, wake_tx),
+        thread,
     ))
 }
 
@@ -119,7 +117,7 @@ pub(crate) struct X11 {
     read: read::ReadState,
     randr: Option<randr::RandrState>,
     last_geometry: Option<Vec<GeometryMonitor>>,
-    follow: crate::backend::wayland::follow_preferred::Follower,
+    follow: crate::backend::follow_preferred::Follower,
 }
 
 impl X11 {
@@ -177,11 +175,11 @@ impl X11 {
             read: read::ReadState::default(),
             randr,
             last_geometry: None,
-            follow: crate::backend::wayland::follow_preferred::Follower::from_env(),
+            follow: crate::backend::follow_preferred::Follower::from_env(),
         })
     }
 
-    fn emit(&self, ev: BackendEvent) {
+    fn emit(&self, ev: DesktopEvent) {
         let _ = self.events.send(ev);
     }
 
@@ -203,7 +201,7 @@ impl X11 {
         }
     }
 
-    fn run(&mut self, rx: &mpsc::Receiver<Command>) -> Result<()> {
+    fn run(&mut self, rx: &mpsc::Receiver<Job>) -> Result<()> {
         self.report_geometry(true)?;
         survivable(self.follow_preferred())?;
         loop {
@@ -211,8 +209,8 @@ impl X11 {
             while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
             loop {
                 match rx.try_recv() {
-                    Ok(Command::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-                    Ok(cmd) => {
+                    Ok(Job::Shutdown) | Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                    Ok(Job::Command(cmd)) => {
                         let r = self.command(cmd);
                         survivable(r)?;
                     }
@@ -301,51 +299,57 @@ impl X11 {
         }
     }
 
-    fn command(&mut self, cmd: Command) -> Result<()> {
+    fn command(&mut self, cmd: DesktopCommand) -> Result<()> {
         match cmd {
-            Command::Grab(sel, types) => {
-                if let Some(i) = sel_index(sel) {
+            DesktopCommand::ClipboardGrab { selection, types } => {
+                if let Some(i) = sel_index(selection) {
                     self.host_grab(i, types)?;
                 }
             }
-            Command::Request(sel, t) => match sel_index(sel) {
-                Some(i) => self.host_request(i, t)?,
-                None => self.emit(BackendEvent::ClipboardData {
-                    selection: sel,
+            DesktopCommand::ClipboardRequest {
+                selection,
+                data_type,
+            } => match sel_index(selection) {
+                Some(i) => self.host_request(i, data_type)?,
+                None => self.emit(DesktopEvent::ClipboardData {
+                    selection,
                     data_type: ClipboardType::None,
                     data: Vec::new(),
                 }),
             },
-            Command::Data(sel, t, data) => {
-                if let Some(i) = sel_index(sel) {
-                    self.host_data(i, t, data)?;
+            DesktopCommand::ClipboardData {
+                selection,
+                data_type,
+                data,
+            } => {
+                if let Some(i) = sel_index(selection) {
+                    self.host_data(i, data_type, data)?;
                 }
             }
-            Command::Release(sel) => {
-                if let Some(i) = sel_index(sel) {
+            DesktopCommand::ClipboardRelease { selection } => {
+                if let Some(i) = sel_index(selection) {
                     self.host_release(i)?;
                 }
             }
-            Command::ReleaseHostOwned => {
+            DesktopCommand::ReleaseHostSelections => {
                 for i in 0..2 {
                     self.host_release(i)?;
                 }
             }
-            Command::MaxClipboard(max) => {
+            DesktopCommand::MaxClipboard(max) => {
                 self.max_clipboard = max.unwrap_or(HARD_MAX_CLIPBOARD).min(HARD_MAX_CLIPBOARD);
                 tracing::debug!(max = self.max_clipboard, "max clipboard");
             }
-            Command::Monitors(flags, monitors) => {
+            DesktopCommand::ApplyMonitors { flags, monitors } => {
                 self.follow.host_request(Instant::now());
                 self.apply_monitors(flags, &monitors)?;
                 self.report_geometry(true)?;
             }
-            Command::Resync => {
+            DesktopCommand::Resync => {
                 self.report_geometry(true)?;
                 self.reannounce();
             }
-            Command::ReportGeometry => self.report_geometry(false)?,
-            Command::Shutdown => {}
+            DesktopCommand::ReportGeometry => self.report_geometry(false)?,
         }
         Ok(())
     }
@@ -392,7 +396,7 @@ impl X11 {
         if force || self.last_geometry.as_ref() != Some(&geometry) {
             tracing::info!(?geometry, "geometry");
             self.last_geometry = Some(geometry.clone());
-            self.emit(BackendEvent::Geometry(geometry));
+            self.emit(DesktopEvent::Geometry(geometry));
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! vdagent types it can provide become a GRAB to the host (the agent's own window is ignored: loop guard). A
 //! vanished owner becomes a RELEASE. Host requests are converted one at a time per selection (a few more wait in a
 //! short queue); replies of type `INCR` are collected chunk by chunk. Every read has a size cap (the daemon's
-//! max-clipboard, at most [`HARD_MAX_CLIPBOARD`](super::HARD_MAX_CLIPBOARD)) and an inactivity timeout
+//! max-clipboard, at most [`HARD_MAX_CLIPBOARD`](crate::backend::HARD_MAX_CLIPBOARD)) and an inactivity timeout
 //! ([`READ_TIMEOUT`]); a failed read answers the host with an empty NONE.
 
 use std::collections::VecDeque;
@@ -23,7 +23,7 @@ use x11rb::protocol::xproto::{
 use x11rb::NONE;
 
 use super::atoms::latin1_to_utf8;
-use super::{BackendEvent, SELECTIONS, X11};
+use super::{DesktopEvent, SELECTIONS, X11};
 use crate::backend::ClipboardMemfd;
 
 /// How long one conversion step (the reply, or the next INCR chunk) may take.
@@ -146,7 +146,7 @@ impl X11 {
             self.read.guest[sel] = None;
             if was_announced {
                 tracing::debug!(sel, "guest selection owner gone");
-                self.emit(BackendEvent::ClipboardRelease {
+                self.emit(DesktopEvent::ClipboardRelease {
                     selection: SELECTIONS[sel],
                 });
             }
@@ -191,7 +191,7 @@ impl X11 {
 
     fn answer(&self, sel: usize, data: Option<(ClipboardType, Vec<u8>)>) {
         let (data_type, data) = data.unwrap_or((ClipboardType::None, Vec::new()));
-        self.emit(BackendEvent::ClipboardData {
+        self.emit(DesktopEvent::ClipboardData {
             selection: SELECTIONS[sel],
             data_type,
             data,
@@ -344,7 +344,7 @@ impl X11 {
             (IncrBuf::File(file, len), Some(t)) if len > 0 => {
                 self.read.reading[sel] = None;
                 tracing::debug!(sel, ?t, len, "guest clipboard data read into a memfd");
-                self.emit(BackendEvent::ClipboardFile {
+                self.emit(DesktopEvent::ClipboardFile {
                     selection: SELECTIONS[sel],
                     data_type: t,
                     memfd: ClipboardMemfd {
@@ -419,7 +419,7 @@ impl X11 {
                 "guest selection offers no supported type"
             );
             if std::mem::take(&mut g.announced) {
-                self.emit(BackendEvent::ClipboardRelease {
+                self.emit(DesktopEvent::ClipboardRelease {
                     selection: SELECTIONS[sel],
                 });
             }
@@ -427,7 +427,7 @@ impl X11 {
         }
         g.announced = true;
         tracing::debug!(sel, ?types, "guest grab");
-        self.emit(BackendEvent::ClipboardGrab {
+        self.emit(DesktopEvent::ClipboardGrab {
             selection: SELECTIONS[sel],
             types,
         });
@@ -437,7 +437,7 @@ impl X11 {
     pub(super) fn reannounce(&mut self) {
         for (g, selection) in self.read.guest.iter().zip(SELECTIONS) {
             if let Some(g) = g.as_ref().filter(|g| !g.types.is_empty()) {
-                self.emit(BackendEvent::ClipboardGrab {
+                self.emit(DesktopEvent::ClipboardGrab {
                     selection,
                     types: g.types.clone(),
                 });

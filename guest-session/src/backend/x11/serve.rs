@@ -21,7 +21,7 @@ use x11rb::wrapper::ConnectionExt as _;
 use x11rb::NONE;
 
 use super::atoms::utf8_to_latin1;
-use super::{BackendEvent, SELECTIONS, X11};
+use super::{DesktopEvent, SELECTIONS, X11};
 
 /// How long a guest paste waits for the host's data.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -238,7 +238,7 @@ impl X11 {
         });
         if !self.serve.asked.iter().any(|x| x.0 == sel && x.1 == t) {
             self.serve.asked.push((sel, t, deadline));
-            self.emit(BackendEvent::ClipboardRequest {
+            self.emit(DesktopEvent::ClipboardRequest {
                 selection: SELECTIONS[sel],
                 data_type: t,
             });

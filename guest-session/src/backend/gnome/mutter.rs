@@ -5,20 +5,16 @@
 //! monitor keeps its mode. The config is applied with method 1 (temporary: no monitors.xml write and no "keep
 //! changes?" dialog). Display ids are the connectors sorted by name (or mapped by GRAPHICS_DEVICE_INFO). The layout is reported after every apply and
 //! on `MonitorsChanged`.
-//!
-//! [`GnomeBackend`] pairs this with a clipboard backend (X11 through Xwayland, since mutter has no data-control,
-//! or none), passing the clipboard calls through and keeping the clipboard backend's own geometry off the wire.
 
 use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use guestlink_protocol::session::{GeometryMonitor, SessionMonitor};
-use guestlink_protocol::vdagent::{ClipboardType, Selection};
 use tokio::sync::mpsc;
 use zbus::zvariant::{OwnedValue, Value};
 
-use super::follow_preferred::{keep_layout_and_follow, Follow, Follower, OutputModes};
-use crate::backend::{BackendEvent, BackendFeatures, DesktopBackend, EventSender};
+use crate::backend::follow_preferred::{keep_layout_and_follow, Follow, Follower, OutputModes};
+use crate::backend::{DesktopEvent, EventSender};
 
 type Props = HashMap<String, OwnedValue>;
 type MonitorId = (String, String, String, String);
@@ -238,7 +234,7 @@ impl MutterResize {
                                 }
                                 let g = geometry(&s);
                                 tracing::info!(geometry = ?g, "geometry (mutter)");
-                                let _ = events.send(BackendEvent::Geometry(g));
+                                let _ = events.send(DesktopEvent::Geometry(g));
                             }
                             Err(e) => tracing::warn!("mutter GetCurrentState: {e}"),
                         }
@@ -304,61 +300,6 @@ async fn apply(proxy: &DisplayConfigProxy<'_>, monitors: &[SessionMonitor]) -> R
         .apply_monitors_config(s.0, 1, config, HashMap::new())
         .await
         .context("ApplyMonitorsConfig")
-}
-
-/// GNOME: a clipboard backend (X11 on Xwayland, or none) plus Mutter DisplayConfig for resize and layout.
-#[derive(Debug)]
-pub struct GnomeBackend {
-    clipboard: Box<dyn DesktopBackend>,
-    resize: MutterResize,
-}
-
-impl GnomeBackend {
-    /// Pairs `clipboard` (whose Geometry events must already be filtered out) with `resize`.
-    pub fn new(clipboard: Box<dyn DesktopBackend>, resize: MutterResize) -> Self {
-        resize.report();
-        Self { clipboard, resize }
-    }
-}
-
-impl DesktopBackend for GnomeBackend {
-    fn name(&self) -> &'static str {
-        "gnome"
-    }
-    fn features(&self) -> BackendFeatures {
-        BackendFeatures {
-            resize: true,
-            ..self.clipboard.features()
-        }
-    }
-    fn clipboard_grab(&self, selection: Selection, types: Vec<ClipboardType>) {
-        self.clipboard.clipboard_grab(selection, types);
-    }
-    fn clipboard_request(&self, selection: Selection, data_type: ClipboardType) {
-        self.clipboard.clipboard_request(selection, data_type);
-    }
-    fn clipboard_data(&self, selection: Selection, data_type: ClipboardType, data: Vec<u8>) {
-        self.clipboard.clipboard_data(selection, data_type, data);
-    }
-    fn clipboard_release(&self, selection: Selection) {
-        self.clipboard.clipboard_release(selection);
-    }
-    fn release_host_selections(&self) {
-        self.clipboard.release_host_selections();
-    }
-    fn set_max_clipboard(&self, max: Option<usize>) {
-        self.clipboard.set_max_clipboard(max);
-    }
-    fn apply_monitors(&self, _flags: u32, monitors: Vec<SessionMonitor>) {
-        self.resize.apply(monitors);
-    }
-    fn resync(&self) {
-        self.clipboard.resync();
-        self.resize.report();
-    }
-    fn displays_remapped(&self) {
-        self.resize.report();
-    }
 }
 
 #[cfg(test)]
