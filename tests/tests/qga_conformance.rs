@@ -83,7 +83,7 @@ both_agents! {
                 let out = std::process::Command::new(guestlink_tests::qga_agent::qemu_ga_path().expect("qemu-ga"))
                     .arg("-V").output().expect("qemu-ga -V");
                 let text = String::from_utf8_lossy(&out.stdout).to_string();
-                assert!(text.contains(&format!("QEMU Guest QgaAgent {version}")), "{text:?} vs {version}");
+                assert!(text.contains(&format!("QEMU Guest Agent {version}")), "{text:?} vs {version}");
             }
             // deliberate: guestlinkd reports its own version, still a plain dotted number
             QgaAgentKind::Guestlinkd => assert!(
