@@ -16,7 +16,7 @@ The names carry the crates' hashes: a new toolchain or dependency version rename
 the stale entries (the binary is correct, only the idle RSS rises back; `bench/qga/run.py --phases idle` shows it).
 Regenerate after such an update:
 
-    cargo build --release -p guest-daemon --config 'profile.release.package.guestlink-daemon.strip=false'
+    cargo build --release -p guest-daemon --config 'profile.release.package.guest-daemon.strip=false'
     python3 bench/qga/symbol_order.py [target/release/guestlinkd]
     cargo build --release -p guest-daemon          # relinks with the new order
 
