@@ -4,12 +4,17 @@
 Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous RPCs blocked), connects and sends
 0xFF + guest-sync-delimited. Phases:
 
-* ping  — 200 warm-up + 2000 sequential guest-ping on one connection, RTT with perf_counter_ns (median, p99);
+* ping  — 200 warm-up + 2000 sequential guest-ping on one connection, RTT with perf_counter_ns (median, p99) from
+          the request's bytes out to the reply's line in (the client's JSON work is not timed);
 * read  — guest-file-open + guest-file-read(count=C) until eof + close on a 64 MiB random file (page cache warm),
           for C = 4 KiB, 1 MiB and 48 MiB; the client base64-decodes and SHA-256-verifies; wall time open→close;
 * read-48M-pinned — the 48 MiB read with the agent pinned to CPU 0 and this client to CPU 1 (`sched_setaffinity`,
           as `taskset` does; the host's reader does not share the guest's CPU in a VM): the agent CPU of this phase
           is its own cost, not spinning on EAGAIN while the reader waits for the CPU it holds;
+* ping-same-cpu, ping-cross-cpu — the ping phase with the agent and this client both on CPU 0, then the agent on
+          CPU 0 and the client on CPU 1. On a VM whose idle vCPUs halt, waking a process on the other CPU can
+          cost more than the request itself (~50 µs on the 2026-12-04 machine), so the unpinned RTT depends on where
+          the scheduler puts the two; same-CPU shows the agent's own cost, cross-CPU the wake-up path;
 * idle  — the agent started the same way, no client ever connects; VmRSS 10 s after the start (and the
           smaps_rollup split: anonymous vs file-backed);
 * agent peak RSS (VmHWM from /proc/PID/status, fresh agent per phase so it is the phase's peak) and agent CPU
@@ -19,7 +24,7 @@ Each phase runs --reps times per agent (agents interleaved) and medians are repo
 
     cargo build --release -p guest-daemon
     .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd] [--idle-secs 10]
-        [--phases ping,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
+        [--phases ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
 
 `GUESTLINKD=/path` overrides the binary (default: target/release/guestlinkd, built when missing or stale).
 """
@@ -190,13 +195,16 @@ class Agent:
 def phase_ping(agent):
     for _ in range(200):
         agent.call("guest-ping")
+    # Timed: the request's bytes out to the reply's line in. The client's JSON encoding and decoding stay outside
+    # the timed window (before 2026-12-04 they were inside, adding the same ~5 µs of Python to both agents).
+    req = json.dumps({"execute": "guest-ping"}, separators=(",", ":")).encode() + b"\n"
     rtts = []
     for _ in range(2000):
         t0 = time.perf_counter_ns()
-        agent.send({"execute": "guest-ping"})
-        r = agent.recv()
+        agent.sock.sendall(req)
+        line = agent.rfile.readline()
         rtts.append(time.perf_counter_ns() - t0)
-        assert r == {"return": {}}
+        assert json.loads(line) == {"return": {}}, line
     rtts.sort()
     return {"ping_median_us": statistics.median(rtts) / 1000, "ping_p99_us": rtts[int(len(rtts) * 0.99) - 1] / 1000}
 
@@ -241,9 +249,14 @@ def phase_idle(kind, binary, secs, smaps=False):
     return res
 
 
-def run_phase(kind, binary, name, fn, pin=False):
-    agent = Agent(kind, binary, pin=0 if pin else None)
-    before = pin_self(1 if pin else None)
+# CPUs (agent, client) per pinned phase; other phases run unpinned.
+PINS = {"read-48M-pinned": (0, 1), "ping-same-cpu": (0, 0), "ping-cross-cpu": (0, 1)}
+
+
+def run_phase(kind, binary, name, fn):
+    agent_cpu, client_cpu = PINS.get(name, (None, None))
+    agent = Agent(kind, binary, pin=agent_cpu)
+    before = pin_self(client_cpu)
     try:
         idle_hwm = agent.status("VmHWM")
         cpu0 = agent.cpu_seconds()
@@ -265,7 +278,7 @@ def main():
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--idle-secs", type=float, default=10.0, help="idle phase: read VmRSS this long after start")
     ap.add_argument("--smaps", action="store_true", help="idle phase: also print Rss per mapping (/proc/PID/smaps)")
-    ap.add_argument("--phases", help="comma-separated subset of: ping,read-4K,read-1M,read-48M,read-48M-pinned,idle")
+    ap.add_argument("--phases", help="comma-separated subset of: ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         sys.exit("the pinned phase needs CPUs 0 and 1")
@@ -278,7 +291,7 @@ def main():
         f.write(os.urandom(FILE_SIZE))
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-    phases = [("ping", phase_ping)] + [
+    phases = [("ping", phase_ping), ("ping-same-cpu", phase_ping), ("ping-cross-cpu", phase_ping)] + [
         (f"read-{label}", (lambda c: lambda a: phase_read(a, path, c, digest))(count)) for label, count in COUNTS
     ] + [("read-48M-pinned", lambda a: phase_read(a, path, 48 << 20, digest)), ("idle", None)]
     if args.phases:
@@ -295,7 +308,7 @@ def main():
                     if pname == "idle":
                         res = phase_idle(kind, binaries[kind], args.idle_secs, args.smaps)
                     else:
-                        res = run_phase(kind, binaries[kind], pname, fn, pin=pname.endswith("-pinned"))
+                        res = run_phase(kind, binaries[kind], pname, fn)
                     raw[kind][pname].append(res)
                     print(f"rep {rep + 1} {pname:9} {kind:10} {res}", file=sys.stderr)
     finally:
@@ -308,6 +321,8 @@ def main():
         ("guest-ping median RTT (µs)", "ping", "ping_median_us", "≤ 0.6×", lambda r: r <= 0.6),
         ("guest-ping p99 RTT (µs)", "ping", "ping_p99_us", "", None),
         ("idle VmHWM (kB)", "ping", "idle_hwm_kb", "", None),
+        ("guest-ping median RTT, agent and client on CPU 0 (µs)", "ping-same-cpu", "ping_median_us", "", None),
+        ("guest-ping median RTT, agent on CPU 0, client on CPU 1 (µs)", "ping-cross-cpu", "ping_median_us", "", None),
     ]
     for label, _ in COUNTS:
         target = ("≥ 2×", lambda r: r >= 2.0) if label == "48M" else ("", None)
