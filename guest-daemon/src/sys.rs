@@ -1,4 +1,5 @@
-//! The only module of guestlinkd with `unsafe`: raw ioctls, `fork`, and adopting inherited file descriptors.
+//! The only module of guestlinkd with `unsafe`: raw ioctls, `fork`, adopting inherited file descriptors, tokio
+//! reactor registration, pidfds, `recvmsg` with passed descriptors, and the exported C symbol `pow`.
 //!
 //! Everything here is a thin, documented wrapper; the workspace lints deny `unsafe_code` everywhere else.
 #![allow(unsafe_code)]
@@ -289,6 +290,20 @@ pub fn raise_nofile_limit() -> Result<u64, Errno> {
     Ok(r.rlim_cur)
 }
 
+// ---- pow, so that guestlinkd does not load libm.so.6 (docs/BENCHMARKS.md, "Idle RSS, step 4") ----
+
+/// `pow(3)`, defined in guestlinkd itself with the `libm` crate (a Rust port of musl's), so that the binary does not
+/// need libm.so.6. Its one libm call is in tokio's multi-thread scheduler statistics, which are linked because
+/// zbus's `tokio` feature turns on `rt-multi-thread` but never run (guestlinkd's runtimes are current-thread);
+/// loading libm for it cost ~250 kB of idle RSS. The linker binds that reference to this definition, and with no
+/// libm symbol left it drops libm from the binary's `DT_NEEDED` (rustc links with `--as-needed`).
+// SAFETY: `no_mangle` exports this function as the C symbol `pow`; nothing else in the binary defines that symbol,
+// and the function has pow(3)'s C signature and semantics (IEEE 754 double in, double out, no errno).
+#[unsafe(no_mangle)]
+pub extern "C" fn pow(x: f64, y: f64) -> f64 {
+    libm::pow(x, y)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,5 +345,16 @@ mod tests {
             recv_with_fds(b.as_fd(), &mut buf).unwrap_err(),
             Errno::EAGAIN
         );
+    }
+
+    #[test]
+    fn pow_is_correct_and_does_not_recurse() {
+        // Called through the exported symbol's Rust name and through f64::powf, which LLVM lowers to a call of the
+        // C symbol `pow`, i.e. this definition in this binary (a recursion would overflow the stack here).
+        assert_eq!(super::pow(2.0, 10.0), 1024.0);
+        assert_eq!(super::pow(9.0, 0.5), 3.0);
+        assert!(super::pow(-1.0, 0.5).is_nan());
+        let y = std::hint::black_box(0.3_f64);
+        assert!((std::hint::black_box(1.7_f64).powf(y) - 1.172_558_924_272_542).abs() < 1e-14);
     }
 }
