@@ -61,9 +61,13 @@ QGA = None  # set once guestlinkd answers, for the diagnostics on failure
 IDLE = time.sleep  # what waiting for the guest does; once the SPICE client runs, it keeps its main loop going
 
 
+ANCHOR = False  # --stack spice-vdagent: record each check and go on (a measurement of the other stack)
+RESULTS = []  # (check, "ok" | "FAIL: why" | "missed") for the closing summary
+
+
 def fail(msg):
     log(f"FAIL: {msg}")
-    if QGA is not None:
+    if QGA is not None and not ANCHOR:
         diagnose(QGA)
     sys.exit(1)
 
@@ -295,9 +299,19 @@ class Client:
 def step(name, fn):
     """Runs one check; `fn` returns False for a recorded, non-fatal miss (logged as such, never as "ok")."""
     t = time.monotonic()
-    if fn() is False:
+    try:
+        missed = fn() is False
+    except SystemExit:
+        if not ANCHOR:
+            raise
+        RESULTS.append((name, "FAIL"))
+        log(f"recorded FAIL {name} ({time.monotonic() - t:.1f}s)")
+        return
+    if missed:
+        RESULTS.append((name, "missed"))
         log(f"MISSED {name} ({time.monotonic() - t:.1f}s), recorded above")
         return
+    RESULTS.append((name, "ok"))
     log(f"ok {name} ({time.monotonic() - t:.1f}s)")
 
 
@@ -360,9 +374,12 @@ def clipboard_and_files(c, q, work, prefix, short=False):
             rc, out, err = q.as_user(["sh", "-c", f"{copy} </tmp/glclip.in >/dev/null 2>&1"])
             if rc != 0:
                 fail(f"{copy} in the guest: {rc} {err}")
+            # The latest grab is what a client acts on: wait for one with the type (a grab announced before the new
+            # owner's, e.g. for the previous owner, is logged, not fatal).
             c.pump("guest clipboard grab", lambda: c.guest_grab is not None, 60)
             if typ not in c.guest_grab:
-                fail(f"guest grab without type {typ}: {c.guest_grab}")
+                log(f"guest grab {c.guest_grab} without type {typ}; waiting for the next grab")
+                c.pump(f"a guest clipboard grab with type {typ}", lambda: typ in (c.guest_grab or []), 30)
             c.main.clipboard_selection_request(SELECTION_CLIPBOARD, typ)
             c.pump("guest clipboard data", lambda: c.guest_data is not None, 90)
             if c.guest_data != data:
@@ -523,6 +540,55 @@ def viewer_screenshot(q, spice, work, artifact):
         xvfb.wait()
 
 
+def anchor(q, args):
+    """The same checks against Debian's spice-vdagent in the same image, each recorded (docs/desktops.md)."""
+    global IDLE
+    IDLE(20)  # what starts the session agent (if anything does) has had time
+    rc, out, _ = q.exec(["/bin/sh", "-c", "systemctl is-active spice-vdagentd; pgrep -a -u %s -x spice-vdagent" % USER])
+    session_agent = "spice-vdagent" in out
+    log(f"spice-vdagentd / session agent: {out.strip()!r}; session agent running: {session_agent} "
+        f"({'started by the session script' if args.by_hand else 'no configuration'})")
+    RESULTS.append(("session agent runs", "ok" if session_agent else "FAIL"))
+    c = Client(f"spice://{args.spice}")
+    IDLE = lambda secs: c.pump("idle", lambda: False, secs, quiet=True)  # noqa: E731
+    c.pump("main channel", lambda: c.main is not None, 60)
+    c.pump("display primary surface", lambda: c.surface() and c.surface()[0] > 0, 120)
+    connected = c.pump("agent-connected", lambda: c.main.props.agent_connected, 90, quiet=True)
+    if connected:
+        c.pump("agent capabilities", lambda: c.main.props.agent_caps_0 != 0, 60, quiet=True)
+    RESULTS.append(("agent-connected", "ok" if connected else "FAIL"))
+    log(f"agent-connected: {bool(connected)}")
+    for w, h in [(1280, 720), (1152, 864)]:
+        def resize(w=w, h=h):
+            c.main.update_display_enabled(0, True, False)
+            c.main.update_display(0, 0, 0, w, h, False)
+            c.main.send_monitor_config()
+            deadline = time.monotonic() + 60
+            got = None
+            while time.monotonic() < deadline:
+                c.pump("pump", lambda: True, 1)
+                got = xrandr_size(q)
+                if got and got[0] == (w, h) and c.surface() == (w, h):
+                    return
+                time.sleep(1)
+            fail(f"resize to {w}x{h}: guest xrandr {got}, client surface {c.surface()}")
+        step(f"resize {w}x{h}", resize)
+    if connected:
+        clipboard_and_files(c, q, args.work, "")
+    else:
+        RESULTS.append(("clipboard and file copy", "not possible: no agent"))
+    rc, out, _ = q.exec(["/bin/sh", "-c", "journalctl -b -o cat --no-pager -t spice-vdagent -t spice-vdagentd | tail -12; "
+                         f"ls -la {HOME}/Downloads 2>&1 | head -5"])
+    log("spice-vdagent's journal and ~/Downloads:\n  " + "\n  ".join(out.strip().splitlines()))
+    c.session.disconnect()
+    IDLE(2)
+    step("remote-viewer: the guest desktop fills its window",
+         lambda: viewer_screenshot(q, args.spice, args.work, os.path.join(args.work, "remote-viewer.png")))
+    log("anchor results (" + args.stack + (", started by hand" if args.by_hand else ", no configuration") + f", {args.display}):")
+    for name, r in RESULTS:
+        log(f"  {r:8} {name}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qga", required=True)
@@ -531,20 +597,25 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--desktop", default="wm", choices=["wm", "sway"])
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--stack", default="guestlink", choices=["guestlink", "spice-vdagent"])
+    ap.add_argument("--by-hand", action="store_true", help="spice-vdagent: the session script started it")
     ap.add_argument("--no-follow", action="store_true",
                     help="control run: the guest's follower is off; expect the resize NOT to reach the guest")
     args = ap.parse_args()
 
-    global QGA, DESKTOP
+    global QGA, DESKTOP, ANCHOR
     DESKTOP = args.desktop
+    ANCHOR = args.stack != "guestlink"
     q = qga_connect(args.qga, args.timeout)
     QGA = q
-    log("ok guestlinkd answers guest-ping (boot)")
+    log("ok the QGA agent answers guest-ping (boot)")
     what = "sway of the tty autologin user" if DESKTOP == "sway" else "X session of the autologin user"
     wait_guest(what, lambda: (xrandr_size(q) or (None,))[0], 300, 3)
     log(f"ok desktop up: {xrandr_size(q)}")
     rc, out, _ = q.exec(["/bin/loginctl", "list-sessions", "--no-legend"])
     log(f"logind sessions: {out.strip()!r}")
+    if ANCHOR:
+        return anchor(q, args)
     wait_guest("guestlink-session running", lambda: q.exec(["/usr/bin/pgrep", "-u", USER, "-f", "^/usr/bin/guestlink-session "])[0] == 0,
                180, 2)
     t_boot = time.monotonic() - T0
