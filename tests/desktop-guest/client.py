@@ -296,6 +296,24 @@ class Client:
         return (self.display.props.width, self.display.props.height) if self.display else None
 
 
+def ask_resize(c, q, w, h, timeout):
+    """Asks for one w×h monitor (update_display + send_monitor_config); None once the guest's RandR screen and the
+    client's primary surface have that size, else the guest's last size after `timeout` seconds."""
+    c.main.update_display_enabled(0, True, False)
+    c.main.update_display(0, 0, 0, w, h, False)
+    if not c.main.send_monitor_config():
+        fail("send_monitor_config returned false")
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        c.pump("pump", lambda: True, 1)
+        got = xrandr_size(q)
+        if got and got[0] == (w, h) and c.surface() == (w, h):
+            return None
+        time.sleep(1)
+    return got
+
+
 def step(name, fn):
     """Runs one check; `fn` returns False for a recorded, non-fatal miss (logged as such, never as "ok")."""
     t = time.monotonic()
@@ -560,18 +578,9 @@ def anchor(q, args):
     log(f"agent-connected: {bool(connected)}")
     for w, h in [(1280, 720), (1152, 864)]:
         def resize(w=w, h=h):
-            c.main.update_display_enabled(0, True, False)
-            c.main.update_display(0, 0, 0, w, h, False)
-            c.main.send_monitor_config()
-            deadline = time.monotonic() + 60
-            got = None
-            while time.monotonic() < deadline:
-                c.pump("pump", lambda: True, 1)
-                got = xrandr_size(q)
-                if got and got[0] == (w, h) and c.surface() == (w, h):
-                    return
-                time.sleep(1)
-            fail(f"resize to {w}x{h}: guest xrandr {got}, client surface {c.surface()}")
+            got = ask_resize(c, q, w, h, 60)
+            if got is not None:
+                fail(f"resize to {w}x{h}: guest xrandr {got}, client surface {c.surface()}")
         step(f"resize {w}x{h}", resize)
     if connected:
         clipboard_and_files(c, q, args.work, "")
@@ -663,18 +672,9 @@ def main():
     resize_failed = []
     for w, h in [(1280, 720), (1152, 864)]:
         def resize(w=w, h=h):
-            c.main.update_display_enabled(0, True, False)
-            c.main.update_display(0, 0, 0, w, h, False)
-            if not c.main.send_monitor_config():
-                fail("send_monitor_config returned false")
-            deadline = time.monotonic() + 120
-            got = None
-            while time.monotonic() < deadline:
-                c.pump("pump", lambda: True, 1)
-                got = xrandr_size(q)
-                if got and got[0] == (w, h) and c.surface() == (w, h):
-                    return
-                time.sleep(1)
+            got = ask_resize(c, q, w, h, 120)
+            if got is None:
+                return None
             if DESKTOP == "sway":
                 # Recorded, not fatal: what sway/wlroots on Debian 12 does with each display device is in
                 # docs/desktops.md; this run is about the agent being there (clipboard, files below).
