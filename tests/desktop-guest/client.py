@@ -26,6 +26,7 @@ import random
 import re
 import socket
 import struct
+import subprocess
 import sys
 import time
 import zlib
@@ -469,7 +470,6 @@ def viewer_screenshot(q, spice, work, artifact):
     with xwd, and the pixels just inside the window's bottom corners must be that colour: the guest's picture
     reaches the window's edges. The picture is kept as `artifact` (PNG).
     """
-    import subprocess
     rc, _, err = q.as_user(["xsetroot", "-solid", "#3465a4"])
     if rc != 0:
         fail(f"xsetroot in the guest: {rc} {err}")
@@ -500,8 +500,9 @@ def viewer_screenshot(q, spice, work, artifact):
     else:
         fail("no Xvfb answered in three attempts (xvfb.log in the work dir)")
     xvfb, env = started
+    viewer_log = open(os.path.join(work, "remote-viewer.log"), "wb")
     viewer = subprocess.Popen(["remote-viewer", f"spice://{spice}"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=open(os.path.join(work, "remote-viewer.log"), "wb"))
+                              stderr=viewer_log)
     try:
         # remote-viewer's toplevel (its title is the VM's name; class remote-viewer), then resized by hand as a user
         # would drag it (there is no window manager): remote-viewer asks the guest for its display area's size.
@@ -556,6 +557,8 @@ def viewer_screenshot(q, spice, work, artifact):
         xvfb.terminate()
         viewer.wait()
         xvfb.wait()
+        viewer_log.close()
+        xvfb_log.close()
 
 
 def anchor(q, args):
