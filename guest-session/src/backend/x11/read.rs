@@ -26,8 +26,10 @@ use super::atoms::latin1_to_utf8;
 use super::{DesktopEvent, SELECTIONS, X11};
 use crate::backend::ClipboardMemfd;
 
-/// How long one conversion step (the reply, or the next INCR chunk) may take.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one conversion step (the reply, or the next INCR chunk) may take. Generous: the owner may be serving
+/// another requestor first — GNOME's mutter copies every new text selection (its clipboard persistence), and xclip
+/// sends INCR transfers one at a time, so on a slow guest a 1 MiB copy to mutter delays our reply by seconds.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// Host requests queued behind a running read, per selection.
 const MAX_QUEUED: usize = 8;
 
