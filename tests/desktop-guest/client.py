@@ -650,6 +650,7 @@ def anchor(q, args):
     else:
         RESULTS.append(("clipboard and file copy", "not possible: no agent"))
     rc, out, _ = q.exec(["/bin/sh", "-c", "journalctl -b -o cat --no-pager -t spice-vdagent -t spice-vdagentd | tail -12; "
+                         "journalctl -b -o cat --no-pager | grep -i 'spice.vdagent.*autostart' | tail -4; "
                          f"ls -la {HOME}/Downloads 2>&1 | head -5"])
     log("spice-vdagent's journal and ~/Downloads:\n  " + "\n  ".join(out.strip().splitlines()))
     c.session.disconnect()
