@@ -14,7 +14,9 @@ Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous 
 * ping-same-cpu, ping-cross-cpu — the ping phase with the agent and this client both on CPU 0, then the agent on
           CPU 0 and the client on CPU 1. On a VM whose idle vCPUs halt, waking a process on the other CPU can
           cost more than the request itself (~50 µs on the 2026-12-04 machine), so the unpinned RTT depends on where
-          the scheduler puts the two; same-CPU shows the agent's own cost, cross-CPU the wake-up path;
+          the scheduler puts the two; same-CPU shows the agent's own cost, cross-CPU the wake-up path. Each ping
+          phase also reports the agent's CPU per ping (all its threads' `se.sum_exec_runtime` from
+          /proc/PID/task/*/sched around the 2000 timed pings; the row is left out on a kernel without it);
 * idle  — the agent started the same way, no client ever connects; VmRSS 10 s after the start (and the
           smaps_rollup split: anonymous vs file-backed);
 * agent peak RSS (VmHWM from /proc/PID/status, fresh agent per phase so it is the phase's peak) and agent CPU
@@ -155,6 +157,20 @@ class Agent:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
+    def exec_ns(self):
+        """CPU time of all the agent's threads in ns (`se.sum_exec_runtime` of /proc/PID/task/*/sched, printed in ms
+        with ns precision), or None without CONFIG_SCHED_DEBUG. /proc/PID/stat's clock ticks (10 ms) are far too
+        coarse for 2000 pings of a few µs each."""
+        total = 0.0
+        try:
+            for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+                for line in (task / "sched").read_text().splitlines():
+                    if line.startswith("se.sum_exec_runtime"):
+                        total += float(line.split(":")[1])
+        except OSError:
+            return None
+        return int(total * 1e6)
+
     def smaps_rollup(self):
         """kB per smaps_rollup key (Rss, Anonymous, ...)."""
         out = {}
@@ -199,14 +215,21 @@ def phase_ping(agent):
     # the timed window (before 2026-12-04 they were inside, adding the same ~5 µs of Python to both agents).
     req = json.dumps({"execute": "guest-ping"}, separators=(",", ":")).encode() + b"\n"
     rtts = []
+    cpu0 = agent.exec_ns()
     for _ in range(2000):
         t0 = time.perf_counter_ns()
         agent.sock.sendall(req)
         line = agent.rfile.readline()
         rtts.append(time.perf_counter_ns() - t0)
         assert json.loads(line) == {"return": {}}, line
+    cpu1 = agent.exec_ns()
     rtts.sort()
-    return {"ping_median_us": statistics.median(rtts) / 1000, "ping_p99_us": rtts[int(len(rtts) * 0.99) - 1] / 1000}
+    res = {"ping_median_us": statistics.median(rtts) / 1000, "ping_p99_us": rtts[int(len(rtts) * 0.99) - 1] / 1000}
+    if cpu0 is not None and cpu1 is not None:
+        # The agent's own CPU per request, whichever CPU it ran on: what the RTT cannot separate from the kernel's
+        # wake-ups and the client.
+        res["cpu_per_ping_us"] = (cpu1 - cpu0) / 2000 / 1000
+    return res
 
 
 def phase_read(agent, path, count, digest):
@@ -323,6 +346,8 @@ def main():
         ("idle VmHWM (kB)", "ping", "idle_hwm_kb", "", None),
         ("guest-ping median RTT, agent and client on CPU 0 (µs)", "ping-same-cpu", "ping_median_us", "", None),
         ("guest-ping median RTT, agent on CPU 0, client on CPU 1 (µs)", "ping-cross-cpu", "ping_median_us", "", None),
+        ("agent CPU per guest-ping, unpinned (µs)", "ping", "cpu_per_ping_us", "", None),
+        ("agent CPU per guest-ping, agent and client on CPU 0 (µs)", "ping-same-cpu", "cpu_per_ping_us", "", None),
     ]
     for label, _ in COUNTS:
         target = ("≥ 2×", lambda r: r >= 2.0) if label == "48M" else ("", None)
@@ -350,7 +375,7 @@ def main():
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for title, phase, key, target, check in rows:
-        if not raw[kinds[0]].get(phase):
+        if not raw[kinds[0]].get(phase) or any(key not in r for k in kinds for r in raw[k][phase]):
             continue
         vals = [med(k, phase, key) for k in kinds]
         fmt = "{:,.2f}" if key == "cpu_s" else "{:,.1f}"
