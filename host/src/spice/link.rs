@@ -79,6 +79,9 @@ pub struct SpiceLink {
     /// Grab serials (reset at every caps exchange with `request = 1`).
     pub serials: GrabSerials,
     buf: Vec<u8>,
+    /// Bytes written since the last message from the guest (which shows the guest is reading): what leaving
+    /// may have to wait for (see [`SpiceLink::drain`]).
+    unconfirmed: usize,
 }
 
 fn make_raw(f: &File) -> nix::Result<()> {
@@ -122,6 +125,7 @@ impl SpiceLink {
             wire: WireFormat::default(),
             serials: GrabSerials::new(),
             buf: vec![0u8; 256 * 1024],
+            unconfirmed: 0,
         })
     }
 
@@ -185,6 +189,7 @@ impl SpiceLink {
     pub fn send(&mut self, port: Port, msg: &Message) -> Result<(), Error> {
         let bytes = encode_message(port, msg, self.wire, ChunkMode::Split)
             .map_err(|e| Error::SpiceProtocol(e.to_string()))?;
+        self.unconfirmed = self.unconfirmed.saturating_add(bytes.len());
         self.io
             .write_all(&bytes)
             .map_err(|e| Error::Io(Channel::Spice, e))
@@ -194,6 +199,7 @@ impl SpiceLink {
     /// caller builds `batch` with [`encode_raw_message_into`](guestlink_protocol::vdagent::encode_raw_message_into)
     /// in [`ChunkMode::Split`] (chunks of at most 2048 bytes, as spice-server delivers them).
     pub fn send_framed(&mut self, batch: &[u8]) -> Result<(), Error> {
+        self.unconfirmed = self.unconfirmed.saturating_add(batch.len());
         self.io
             .write_all(batch)
             .map_err(|e| Error::Io(Channel::Spice, e))
@@ -203,6 +209,7 @@ impl SpiceLink {
     pub fn recv_until(&mut self, deadline: Instant) -> Result<Option<(Port, Message)>, Error> {
         loop {
             while let Some((port, raw)) = self.queue.pop_front() {
+                self.unconfirmed = 0;
                 let msg_type = raw.header.msg_type;
                 let msg = match raw.into_decoded(self.wire) {
                     Ok(m) => m,
@@ -274,13 +281,139 @@ fn libc_eio() -> i32 {
     nix::errno::Errno::EIO as i32
 }
 
+/// How long leaving waits for the guest to take what was written before the socket closes ([`SpiceLink`]'s
+/// `Drop`).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Leaving waits only when more than this was written since the guest last sent something: a few small messages
+/// are read by QEMU at once (the guest's port buffers hold far more), while waiting for a guest that stopped
+/// reading would delay every exit after an error.
+pub const DRAIN_MIN: usize = 64 * 1024;
+
+impl SpiceLink {
+    /// On a socket: half-closes it and waits (at most `timeout`) until the other end has read everything and
+    /// closed its side, discarding what still arrives. QEMU's socket chardev drops the connection as soon as
+    /// its peer closes (it watches for HUP), throwing away what it had not yet passed to the guest: a 16 MiB
+    /// CLIPBOARD answered just before exiting was lost that way when the guest read slowly. A half-close
+    /// is no HUP: QEMU reads on to the end of the data, sees EOF and closes (docs/protocol/vdagent.md, "Leaving a socket chardev").
+    /// Returns whether the other end closed in time; a character device has nothing to wait for (`true`).
+    pub fn drain(&mut self, timeout: Duration) -> bool {
+        let Io::Sock(s) = &self.io else {
+            return true;
+        };
+        if s.shutdown(std::net::Shutdown::Write).is_err() {
+            return true; // already gone
+        }
+        let deadline = Instant::now() + timeout;
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(self.io.fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(_) => return true,
+            }
+            match self.io.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
 impl Drop for SpiceLink {
     /// Leaving = the client disconnecting: like spice-server, tell the agent on the server port, so that the
     /// next connection is not a "new client replacing an old one" (spice-vdagent then drops the guest's
-    /// clipboard ownership, and a later `clipboard get` would find nothing).
+    /// clipboard ownership, and a later `clipboard get` would find nothing). Then, when more than [`DRAIN_MIN`]
+    /// bytes are unconfirmed, [`SpiceLink::drain`], so that nothing written is lost when the socket closes.
     fn drop(&mut self) {
         if self.agent.is_some() {
             let _ = self.send(Port::Server, &Message::ClientDisconnected);
         }
+        if self.unconfirmed > DRAIN_MIN && !self.drain(DRAIN_TIMEOUT) {
+            tracing::warn!(
+                path = %self.path.display(),
+                "the guest did not take all that was sent within {} s; closing anyway",
+                DRAIN_TIMEOUT.as_secs()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A link to a socket whose other end (QEMU's chardev) the test holds.
+    fn linked() -> (tempfile::TempDir, SpiceLink, UnixStream) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spice.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let link = SpiceLink::open(&path).unwrap();
+        let (qemu, _) = listener.accept().unwrap();
+        (dir, link, qemu)
+    }
+
+    /// QEMU's socket chardev drops unread data when its peer's close shows as HUP. Leaving must not: the link
+    /// half-closes and waits until the other end has read everything and closed.
+    #[test]
+    fn leaving_waits_until_the_other_end_has_read_everything() {
+        let (_dir, mut link, mut qemu) = linked();
+        let big = vec![b'x'; 4 << 20];
+        // More than the socket buffers hold: the writer thread blocks until "QEMU" reads.
+        let writer = std::thread::spawn(move || {
+            link.send_framed(&big).unwrap();
+            let t = Instant::now();
+            drop(link);
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // A slow reader: while data is unread, the peer has not hung up (QEMU would then drop it).
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let mut fds = [PollFd::new(qemu.as_fd(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::from(1000u16)).unwrap();
+            let ev = fds[0].revents().unwrap();
+            let n = qemu.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(
+                !ev.contains(PollFlags::POLLHUP),
+                "HUP with {got} bytes read"
+            );
+            got += n;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, 4 << 20, "every byte arrived before EOF");
+        assert!(
+            !writer.is_finished(),
+            "leaving waits for the other end to close"
+        );
+        drop(qemu);
+        let waited = writer.join().unwrap();
+        assert!(
+            waited < DRAIN_TIMEOUT,
+            "ended by the close, not the timeout"
+        );
+    }
+
+    /// Small unconfirmed writes (a request, CLIENT_DISCONNECTED) do not make leaving wait for a peer that never
+    /// closes (a guest that stopped reading).
+    #[test]
+    fn leaving_after_small_writes_does_not_wait() {
+        let (_dir, mut link, _qemu) = linked();
+        link.send_framed(&[0u8; 1024]).unwrap();
+        let t = Instant::now();
+        drop(link);
+        assert!(t.elapsed() < Duration::from_secs(5), "left without waiting");
     }
 }
