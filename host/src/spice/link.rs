@@ -271,6 +271,30 @@ impl SpiceLink {
         }
     }
 
+    /// On a socket: half-closes it and waits (at most `timeout`) until the other end has read everything and
+    /// closed its side, discarding what still arrives. QEMU's socket chardev drops the connection as soon as its
+    /// peer closes (it watches for HUP), throwing away what it had not yet passed to the guest: a 16 MiB
+    /// CLIPBOARD answered just before exiting was lost that way when the guest read slowly. A half-close is no
+    /// HUP: QEMU reads on to the end of the data, sees EOF and closes (docs/protocol/vdagent.md, "Leaving a
+    /// socket chardev"). Returns whether the other end closed in time; a character device has nothing to wait
+    /// for (`true`).
+    pub fn drain(&mut self, timeout: Duration) -> bool {
+        let Io::Sock(s) = &self.io else {
+            return true;
+        };
+        if s.shutdown(std::net::Shutdown::Write).is_err() {
+            return true; // already gone
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.recv_until(deadline) {
+                Ok(Some(_)) => {}         // read and dropped
+                Ok(None) => return false, // the deadline
+                Err(_) => return true,    // closed (or broken: nothing more to wait for)
+            }
+        }
+    }
+
     /// Non-blocking: the next already-available message, if any.
     pub fn try_recv(&mut self) -> Result<Option<(Port, Message)>, Error> {
         self.recv_until(Instant::now())
@@ -288,44 +312,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// are read by QEMU at once (the guest's port buffers hold far more), while waiting for a guest that stopped
 /// reading would delay every exit after an error.
 pub const DRAIN_MIN: usize = 64 * 1024;
-
-impl SpiceLink {
-    /// On a socket: half-closes it and waits (at most `timeout`) until the other end has read everything and
-    /// closed its side, discarding what still arrives. QEMU's socket chardev drops the connection as soon as
-    /// its peer closes (it watches for HUP), throwing away what it had not yet passed to the guest: a 16 MiB
-    /// CLIPBOARD answered just before exiting was lost that way when the guest read slowly. A half-close
-    /// is no HUP: QEMU reads on to the end of the data, sees EOF and closes (docs/protocol/vdagent.md, "Leaving a socket chardev").
-    /// Returns whether the other end closed in time; a character device has nothing to wait for (`true`).
-    pub fn drain(&mut self, timeout: Duration) -> bool {
-        let Io::Sock(s) = &self.io else {
-            return true;
-        };
-        if s.shutdown(std::net::Shutdown::Write).is_err() {
-            return true; // already gone
-        }
-        let deadline = Instant::now() + timeout;
-        let mut buf = [0u8; 4096];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-            let mut fds = [PollFd::new(self.io.fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(ms)) {
-                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-                Ok(_) => {}
-                Err(_) => return true,
-            }
-            match self.io.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return true,
-            }
-        }
-    }
-}
 
 impl Drop for SpiceLink {
     /// Leaving = the client disconnecting: like spice-server, tell the agent on the server port, so that the
