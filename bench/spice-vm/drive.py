@@ -7,7 +7,8 @@ SPICE port com.redhat.spice.0 is a unix-socket chardev of QEMU, and the host sid
 an order that rotates from one repetition to the next; each step starts its stack afresh (not timed):
 
 * file:     `guestlink send-file` of a 64 MiB random file, timed from spawn to exit (the CLI exits on the agent's
-            SUCCESS status); the file in the guest's Downloads (tmpfs) is then checked (size, sha256);
+            SUCCESS status); the file in the guest's Downloads (tmpfs) is then checked (size, sha256), or for the
+            null agents that store nothing (null, null-py) their log line;
 * clip-h2g: `guestlink clipboard set` of 16 MiB of text; timed from spawn until the guest has it: `xclip -o` in the
             X session returns all of it (polled every 50 ms), or for the null agent its log says it got it;
 * clip-g2h: an X client in the guest (xclip) owns 16 MiB of text (the null agent holds it itself); `guestlink
@@ -30,6 +31,7 @@ FILE = 64 << 20
 CLIP = 16 << 20
 STEP_TIMEOUT = 600
 PASTE_TIMEOUT = 150  # the guest's wait for a host->guest paste
+COUNTING = ("null", "null-py")  # null agents that count a file without storing it (null-store stores it)
 
 
 def log(msg):
@@ -128,7 +130,7 @@ class Bench:
         if o.returncode != 0:
             raise RuntimeError(f"{stack}: send-file exit {o.returncode}: {o.stderr!r}")
         got = self.ctl.run(f"glstack file {os.path.basename(path)} {FILE}")
-        if stack.startswith("null"):
+        if stack in COUNTING:
             if f"{FILE} bytes" not in got:
                 raise RuntimeError(f"{stack}: the null agent did not count the file: {got!r}")
         elif got.split() != [str(FILE), want]:
@@ -264,7 +266,7 @@ class SpiceBench(Bench):
         if not done["ok"]:
             raise RuntimeError(f"{stack}: file_copy_async: {done.get('err')}")
         got = self.ctl.run(f"glstack file {os.path.basename(path)} {FILE}")
-        if stack.startswith("null"):
+        if stack in COUNTING:
             if f"{FILE} bytes" not in got:
                 raise RuntimeError(f"{stack}: the null agent did not count the file: {got!r}")
         elif got.split() != [str(FILE), want]:
@@ -416,6 +418,15 @@ def main():
             r = med(res[other][key]) / med(g[key]) if key == "file" else med(g[key]) / med(res[other][key])
             ok = r >= want if key == "file" else r <= want
             print(f"  {text}: {r:.2f}x {'met' if ok else 'NOT met'}")
+    refs = (("null-store", "null", "file", "null agent storing the file vs null agent (what storing costs)"),
+            ("guestlink", "null-store", "file", "guestlink vs null agent storing the file"))
+    lines = []
+    for s, other, key, text in refs:
+        if s in res and other in res and key in steps and res[s][key] and res[other][key]:
+            r = med(res[other][key]) / med(res[s][key])
+            lines.append(f"  {text}: {r:.2f}x (throughput)")
+    if lines:
+        print("\nreferences\n" + "\n".join(lines))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"results": res, "failed": failed, "loads": loads, "reps": a.reps, "transport": a.transport}, f, indent=1)

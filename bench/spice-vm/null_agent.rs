@@ -3,8 +3,11 @@
 //! Under TCG the Python agent spends more CPU per byte than the agents it is meant to bound, so it is no ceiling
 //! there (docs/BENCHMARKS.md, "SPICE on the real transport"). This one does the same and nothing more, std only,
 //! built with plain `rustc -O`:
-//! * every FILE_XFER_START is answered with CAN_SEND_DATA; FILE_XFER_DATA is counted, never copied; SUCCESS when
-//!   the announced bytes arrived;
+//! * every FILE_XFER_START is answered with CAN_SEND_DATA; FILE_XFER_DATA is counted, never copied (only its
+//!   12-byte head is kept); SUCCESS when the announced bytes arrived;
+//! * with `--store DIR` (stack `null-store`) each file's data is also written to `DIR/.NAME.part` straight from
+//!   the read buffer, and renamed to `DIR/NAME` before SUCCESS: the least any agent that keeps the file must do,
+//!   a reference for what storing costs under TCG;
 //! * a host CLIPBOARD_GRAB is answered at once with a CLIPBOARD_REQUEST for its first type; the CLIPBOARD answer
 //!   is counted and dropped;
 //! * with `--clipboard-bytes N` it grabs the guest clipboard (UTF8_TEXT) after each capabilities exchange and
@@ -13,11 +16,12 @@
 //! One line per finished transfer or received clipboard goes to stdout. A read of 0 bytes means no host is
 //! connected (virtio-serial): the parser is reset and the port polled.
 //!
-//! Usage: null-agent PORT [--clipboard-bytes N]
+//! Usage: null-agent PORT [--clipboard-bytes N] [--store DIR]
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 const ANNOUNCE: u32 = 6;
@@ -33,8 +37,10 @@ const SUCCESS: u32 = 3;
 const CAP_SELECTION: u32 = 6;
 const OUR_CAPS: u32 = (1 << 2) | (1 << 5) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 16);
 const UTF8_TEXT: u32 = 1;
-/// Bytes of a message body kept for parsing; the rest (file data, clipboard payloads) is only counted.
+/// Bytes of a message body kept for parsing; the rest (clipboard payloads) is only counted.
 const HEAD_MAX: usize = 64 * 1024;
+/// What is kept of a FILE_XFER_DATA body: its id and size; the data itself is counted (or stored), not copied.
+const DATA_HEAD: usize = 12;
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
     b.get(off..off + 4)
@@ -47,6 +53,9 @@ struct Agent<W: Write> {
     peer_caps: u32,
     /// transfer id -> (announced size, received)
     xfers: HashMap<u32, (u64, u64)>,
+    /// `--store DIR`: where files go, and each transfer's open `.part` file and final path.
+    store: Option<PathBuf>,
+    files: HashMap<u32, (File, PathBuf, PathBuf)>,
     // parser state
     chunk_left: usize,
     chunk_hdr: Vec<u8>,
@@ -137,8 +146,14 @@ impl<W: Write> Agent<W> {
                 }
                 Some((mtype, left)) => {
                     let n = left.min(data.len());
-                    let keep = (HEAD_MAX - self.head.len()).min(n);
+                    let max = if mtype == XFER_DATA { DATA_HEAD } else { HEAD_MAX };
+                    let keep = max.saturating_sub(self.head.len()).min(n);
                     self.head.extend_from_slice(&data[..keep]);
+                    if mtype == XFER_DATA && self.head.len() == DATA_HEAD && keep < n {
+                        if let Some((f, _, _)) = self.files.get_mut(&u32_at(&self.head, 0)) {
+                            f.write_all(&data[keep..n])?;
+                        }
+                    }
                     data = &data[n..];
                     self.msg = Some((mtype, left - n));
                     if left == n {
@@ -175,6 +190,16 @@ impl<W: Write> Agent<W> {
                     .and_then(|s| s.trim_end_matches('\0').trim().parse().ok())
                     .unwrap_or(0);
                 self.xfers.insert(xid, (size, 0));
+                if let Some(dir) = &self.store {
+                    let name = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("name="))
+                        .map(|s| s.trim_end_matches('\0').trim().replace('/', "_"))
+                        .unwrap_or_else(|| format!("file-{xid}"));
+                    let part = dir.join(format!(".{name}.part"));
+                    let f = File::create(&part)?;
+                    self.files.insert(xid, (f, part, dir.join(name)));
+                }
                 self.status(xid, CAN_SEND_DATA)?;
             }
             XFER_DATA => {
@@ -185,13 +210,21 @@ impl<W: Write> Agent<W> {
                     if x.1 >= x.0 {
                         let (want, have) = *x;
                         self.xfers.remove(&xid);
+                        if let Some((f, part, name)) = self.files.remove(&xid) {
+                            drop(f);
+                            std::fs::rename(part, name)?;
+                        }
                         self.status(xid, if have == want { SUCCESS } else { ERROR })?;
                         println!("file {xid}: {have} bytes");
                     }
                 }
             }
             XFER_STATUS => {
-                self.xfers.remove(&u32_at(&body, 0));
+                let xid = u32_at(&body, 0);
+                self.xfers.remove(&xid);
+                if let Some((_, part, _)) = self.files.remove(&xid) {
+                    let _ = std::fs::remove_file(part);
+                }
             }
             GRAB => {
                 let off = self.sel().len();
@@ -225,13 +258,16 @@ impl<W: Write> Agent<W> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: null-agent PORT [--clipboard-bytes N]";
+    let usage = "usage: null-agent PORT [--clipboard-bytes N] [--store DIR]";
     let path = args.get(1).expect(usage);
-    let clip = match (args.get(2).map(String::as_str), args.get(3)) {
-        (Some("--clipboard-bytes"), Some(n)) => Some(vec![b'x'; n.parse().expect(usage)]),
-        (None, _) => None,
-        _ => panic!("{usage}"),
-    };
+    let (mut clip, mut store) = (None, None);
+    for opt in args[2..].chunks(2) {
+        match (opt[0].as_str(), opt.get(1)) {
+            ("--clipboard-bytes", Some(n)) => clip = Some(vec![b'x'; n.parse().expect(usage)]),
+            ("--store", Some(d)) => store = Some(PathBuf::from(d)),
+            _ => panic!("{usage}"),
+        }
+    }
     let mut port = OpenOptions::new()
         .read(true)
         .write(true)
@@ -243,6 +279,8 @@ fn main() {
         clip,
         peer_caps: 0,
         xfers: HashMap::new(),
+        store,
+        files: HashMap::new(),
         chunk_left: 0,
         chunk_hdr: Vec::new(),
         msg_hdr: Vec::new(),

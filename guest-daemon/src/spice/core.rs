@@ -109,11 +109,24 @@ async fn wait_room(wait: StallWait) -> (AgentId, Result<Room, ()>) {
     }
 }
 
-async fn read_port<L: Link>(port: Option<&mut L>, buf: &mut [u8]) -> std::io::Result<usize> {
-    match port {
-        Some(p) => p.read(buf).await,
-        None => std::future::pending().await,
+/// Waits for the port's next bytes, then takes whatever else is already queued, up to `buf`'s size, in the same
+/// pass: a virtio port hands out one host buffer (≤ 4 KiB) per read, so a bulk transfer would otherwise cost a
+/// trip through the event loop, and a feed of the reassembler, per 4 KiB (docs/spice.md, "Reading the port").
+pub(super) async fn read_port<L: Link>(
+    port: Option<&mut L>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    let Some(p) = port else {
+        return std::future::pending().await;
+    };
+    let mut n = p.read(buf).await?;
+    while n > 0 && n < buf.len() {
+        match p.try_read(&mut buf[n..]) {
+            Some(m) => n += m,
+            None => break,
+        }
     }
+    Ok(n)
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

@@ -520,3 +520,86 @@ async fn port_failure_reopens_and_the_newest_caps_govern() {
     let m = agent.recv_until(|m| number_of(m).is_some()).await;
     assert_eq!(number_of(&m), Some(3));
 }
+
+/// A port that hands out one queued host buffer (or what fits of it) per read, as a virtio-serial port does.
+struct VirtioLike(VecDeque<Vec<u8>>);
+
+impl VirtioLike {
+    fn take(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let front = self.0.front_mut()?;
+        let n = front.len().min(buf.len());
+        buf[..n].copy_from_slice(&front[..n]);
+        front.drain(..n);
+        if front.is_empty() {
+            self.0.pop_front();
+        }
+        Some(n)
+    }
+}
+
+impl super::port::Link for VirtioLike {
+    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.take(buf) {
+            Some(n) => Ok(n),
+            None => std::future::pending().await,
+        }
+    }
+    fn try_read(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.take(buf)
+    }
+    async fn write_all(&mut self, _data: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+    async fn write_file(
+        &mut self,
+        _f: &std::fs::File,
+        _len: usize,
+        _t: Duration,
+    ) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_port_read_takes_every_buffer_already_there_up_to_its_size() {
+    use super::core::read_port;
+    // 100 host buffers of 4 KiB, each filled with its own index, then one of 10 bytes.
+    let mut bufs: VecDeque<Vec<u8>> = (0..100u8).map(|i| vec![i; 4096]).collect();
+    bufs.push_back(vec![0xee; 10]);
+    let mut port = VirtioLike(bufs);
+    let mut buf = vec![0u8; 256 * 1024];
+
+    let n = read_port(Some(&mut port), &mut buf).await.unwrap();
+    assert_eq!(
+        n,
+        256 * 1024,
+        "one pass fills the buffer from 64 host buffers"
+    );
+    assert!(buf[..n]
+        .chunks(4096)
+        .zip(0u8..)
+        .all(|(c, i)| c.iter().all(|&b| b == i)));
+
+    let n = read_port(Some(&mut port), &mut buf).await.unwrap();
+    assert_eq!(n, 36 * 4096 + 10, "the rest, without waiting for more");
+    assert!(buf[..36 * 4096]
+        .chunks(4096)
+        .zip(64u8..)
+        .all(|(c, i)| c.iter().all(|&b| b == i)));
+    assert_eq!(&buf[36 * 4096..n], &[0xee; 10]);
+
+    // Nothing queued: the read waits, it does not return 0 (which would mean the host closed).
+    assert!(
+        timeout(Duration::from_secs(5), read_port(Some(&mut port), &mut buf))
+            .await
+            .is_err()
+    );
+
+    // A buffer that does not fit is split: the next read starts where this one stopped.
+    let mut port = VirtioLike((0..3u8).map(|i| vec![i; 4096]).collect());
+    let mut small = vec![0u8; 6000];
+    assert_eq!(read_port(Some(&mut port), &mut small).await.unwrap(), 6000);
+    assert_eq!(read_port(Some(&mut port), &mut small).await.unwrap(), 6000);
+    assert_eq!(&small[..2192], &[1u8; 2192][..]);
+    assert_eq!(&small[2192..], &[2u8; 3808][..]);
+}

@@ -24,6 +24,8 @@ const FILE_PIECE: usize = 2 * 1024 * 1024;
 pub trait Link: Send {
     /// Reads some bytes (0 = the other end closed).
     fn read(&mut self, buf: &mut [u8]) -> impl Future<Output = io::Result<usize>> + Send;
+    /// Reads what is already there without waiting (`None`: nothing, or something [`Self::read`] will report).
+    fn try_read(&mut self, buf: &mut [u8]) -> Option<usize>;
     /// Writes all of `data`.
     fn write_all(&mut self, data: &[u8]) -> impl Future<Output = io::Result<()>> + Send;
     /// Writes the first `len` bytes of `file`; no piece may stall for `timeout`.
@@ -69,6 +71,9 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Link for St
     async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read(buf).await
     }
+    fn try_read(&mut self, _buf: &mut [u8]) -> Option<usize> {
+        None
+    }
     async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
         self.0.write_all(data).await
     }
@@ -101,6 +106,12 @@ async fn copy_file<L: Link>(
 impl Link for PortIo {
     async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         PortIo::read(self, buf).await
+    }
+    fn try_read(&mut self, buf: &mut [u8]) -> Option<usize> {
+        match self {
+            Self::Dev(d) => d.try_read(buf),
+            Self::Sock(s) => s.try_read(buf).ok().filter(|&n| n > 0),
+        }
     }
     async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
         PortIo::write_all(self, data).await

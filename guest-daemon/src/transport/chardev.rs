@@ -166,6 +166,20 @@ impl Chardev {
         }
     }
 
+    /// Reads what is already there without waiting: `None` when nothing is (EAGAIN), at EOF or on an error, which
+    /// the next [`Self::read`] then meets and handles. A virtio port hands out one host buffer (≤ 4 KiB) per
+    /// read(2); the SPICE core calls this after a read to take the rest of a burst in the same pass.
+    pub fn try_read(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let r = self.fd.try_io(tokio::io::Interest::READABLE, |inner| {
+            nix::unistd::read(inner.as_fd(), buf).map_err(io::Error::from)
+        });
+        match r {
+            Ok(n) if n > 0 => Some(n),
+            _ => None,
+        }
+    }
+
     /// Write everything, awaiting writability on EAGAIN (backpressure, no busy loop). If the other side is gone
     /// (EIO/EPIPE, or EAGAIN while the port polls HUP), the rest of the reply is dropped: nobody will read it.
     pub async fn write_all(&mut self, mut data: &[u8]) -> Result<(), TransportError> {

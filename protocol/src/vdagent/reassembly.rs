@@ -11,7 +11,7 @@ use super::header::{
     ChunkHeader, MessageHeader, Port, CHUNK_HEADER_SIZE, MAX_CHUNK_DATA_SIZE, MESSAGE_HEADER_SIZE,
 };
 use super::message::RawMessage;
-use crate::growth::grow_within;
+use crate::growth::grow_ahead;
 
 /// Default maximum payload size: 64 MiB of data plus 4 KiB for headers and selection prefixes.
 pub(crate) const DEFAULT_MAX_MESSAGE_SIZE: u32 = 64 * 1024 * 1024 + 4096;
@@ -218,7 +218,9 @@ impl Reassembler {
             let Some(header) = state.header else { break };
             let needed = header.size as usize - state.payload.len();
             let n = needed.min(data.len());
-            grow_within(&mut state.payload, n, header.size as usize);
+            // The rest of this read may hold more of the same message: room for it is taken in one step.
+            let ahead = data.len() - n + input.len();
+            grow_ahead(&mut state.payload, n, ahead, header.size as usize);
             state.payload.extend_from_slice(&data[..n]);
             data = &data[n..];
             if state.payload.len() == header.size as usize {
