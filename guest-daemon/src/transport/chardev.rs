@@ -238,6 +238,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn try_read_takes_what_is_there_and_never_waits() {
+        let (master, name) = pty();
+        let mut dev = Chardev::open(Path::new(&name), false).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(dev.try_read(&mut buf), None, "nothing sent yet");
+        nix::unistd::write(&master, b"first").unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), dev.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"first");
+        nix::unistd::write(&master, b"second").unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        let got = loop {
+            // The pty hands the bytes to the slave side asynchronously: poll (without waiting in try_read).
+            if let Some(n) = dev.try_read(&mut buf) {
+                break n;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the second write never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(&buf[..got], b"second");
+        assert_eq!(dev.try_read(&mut buf), None, "everything was taken");
+    }
+
+    #[tokio::test]
     async fn passes_bytes_both_ways_in_raw_mode() {
         let (master, name) = pty();
         let mut dev = Chardev::open(Path::new(&name), false).unwrap();
