@@ -243,10 +243,12 @@ class SpiceBench(Bench):
         self.ctl.send("glstack stop")
         self.pump("control reply", lambda: self.ctl.poll())
         self.pump("agent gone", lambda: not self.main.props.agent_connected, 60)
+        # Forget the old agent's clipboard before the new one starts: a null agent grabs as soon as the client's
+        # capabilities arrive, within glstack's settle time, so its grab is already here when start returns.
+        self.guest_grab = self.guest_data = None
         self.ctl.send(f"glstack start {stack}" + (f" {clip}" if clip and stack.startswith("null") else ""))
         self.pump("control reply", lambda: self.ctl.poll())
         self.pump("agent-connected", lambda: self.main.props.agent_connected, 60)
-        self.guest_grab = self.guest_data = None
 
     def step_file(self, stack, path, want):
         self.start(stack)
