@@ -142,7 +142,7 @@ pub struct ClipboardGetArgs {
     /// Requested type.
     #[arg(long = "type", value_enum, default_value = "text")]
     pub kind: TypeArg,
-    /// Write the data to FILE instead of stdout.
+    /// Write the data to FILE instead of stdout (through a temp sibling renamed into place: never a partial FILE).
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -282,11 +282,8 @@ fn clipboard_get(
 ) -> Result<(), Error> {
     let data = ops::clipboard_get(link, a.selection.into(), a.kind.into(), c.timeout)?;
     match &a.output {
-        Some(p) => std::fs::write(p, &data).map_err(|e| Error::Local {
-            what: "cannot write",
-            path: p.clone(),
-            source: e,
-        })?,
+        // As a pull: a temp sibling renamed into place, never a partial file under the name.
+        Some(p) => guestlink_host::file::write_host_file(p, &data)?,
         None if c.json => {}
         None => out.write_all(&data).map_err(io_err)?,
     }

@@ -9,8 +9,9 @@ mod push;
 pub use pull::pull;
 pub use push::push;
 
-use std::io::Read;
-use std::path::Path;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -139,6 +140,44 @@ fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) 
         path: path.to_owned(),
         source,
     }
+}
+
+/// The hidden temp sibling a host file is written under before it is renamed over `dest`
+/// (`.NAME.guestlink-XXXXXXXX.part` in the same directory, so the rename stays on one filesystem).
+fn host_temp_sibling(dest: &Path) -> PathBuf {
+    let dir = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."));
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.join(format!(
+        ".{name}.guestlink-{:08x}.part",
+        rand::random::<u32>()
+    ))
+}
+
+/// Writes `data` to the host file `dest` as a pull does: into a new temp sibling, synced, then renamed over
+/// `dest`. On any failure the temp is removed and `dest` is left as it was: never a partial file under its name.
+pub fn write_host_file(dest: &Path, data: &[u8]) -> Result<()> {
+    let tmp = host_temp_sibling(dest);
+    let written = (|| {
+        let mut f = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(local("cannot create", &tmp))?;
+        f.write_all(data)
+            .and_then(|()| f.sync_all())
+            .map_err(local("cannot write", &tmp))?;
+        std::fs::rename(&tmp, dest).map_err(local("cannot rename into", dest))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A guest file handle that is closed on drop of the guard's scope via [`GuestFile::close`].
@@ -302,6 +341,50 @@ pub(crate) fn read_full(r: &mut (impl Read + ?Sized), buf: &mut [u8]) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_file_is_written_whole_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("clip.txt");
+        write_host_file(&dest, b"first").unwrap();
+        write_host_file(&dest, b"second").unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"second");
+        let names = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(dir.path()), ["clip.txt"], "no temp sibling is left");
+
+        // A destination the rename cannot replace (a non-empty directory): an error naming it, the directory
+        // untouched, no temp left behind.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("keep"), b"k").unwrap();
+        let err = write_host_file(&blocked, b"data").unwrap_err();
+        assert!(
+            matches!(&err, Error::Local { what: "cannot rename into", path, .. } if *path == blocked),
+            "{err:?}"
+        );
+        assert_eq!(names(dir.path()), ["blocked", "clip.txt"]);
+        assert_eq!(names(&blocked), ["keep"]);
+
+        // A directory that does not exist: the create fails, nothing appears.
+        let err = write_host_file(&dir.path().join("no/such/file"), b"x").unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Local {
+                    what: "cannot create",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
 
     #[test]
     fn guest_paths_split() {

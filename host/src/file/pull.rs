@@ -8,8 +8,8 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::{
-    guest_sha256, hex, local, split_guest_path, GuestFile, Placement, Progress, TransferReport,
-    Tuning, Verification,
+    guest_sha256, hex, host_temp_sibling, local, split_guest_path, GuestFile, Placement, Progress,
+    TransferReport, Tuning, Verification,
 };
 use crate::error::{Error, Result};
 use crate::session::Session;
@@ -29,18 +29,7 @@ pub fn pull(
     } else {
         host.to_owned()
     };
-    let dir = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| Path::new("."));
-    let file_name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| name.to_owned());
-    let tmp = dir.join(format!(
-        ".{file_name}.guestlink-{:08x}.part",
-        rand::random::<u32>()
-    ));
+    let tmp = host_temp_sibling(&dest);
     let mut out = File::options()
         .write(true)
         .create_new(true)

@@ -289,30 +289,54 @@ impl SpiceEnv {
         let mut xclip = own();
         let deadline = Instant::now() + TIMEOUT;
         let mut tries = 0;
-        loop {
-            tries += 1;
-            if tries == 200 {
-                on_slow();
+        // To stdout, then with `-o FILE`: the whole text under the name and no temp sibling left behind.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("paste.txt");
+        for to_file in [false, true] {
+            loop {
+                tries += 1;
+                if tries == 200 {
+                    on_slow();
+                }
+                let o = if to_file {
+                    self.guestlink(&["clipboard", "get", "-o", out.to_str().unwrap()])
+                } else {
+                    self.guestlink(&["clipboard", "get"])
+                };
+                let got = if to_file {
+                    std::fs::read_to_string(&out).unwrap_or_default()
+                } else {
+                    String::from_utf8_lossy(&o.stdout).into_owned()
+                };
+                if o.status.success() && got == text {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for clipboard get{} to return the guest text after {tries} tries; last \
+                     run: {}\nstdout: {}\nstderr: {}",
+                    if to_file { " -o" } else { "" },
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                if tries % 20 == 0 {
+                    let _ = xclip.kill();
+                    let _ = xclip.wait();
+                    xclip = own();
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            let o = self.guestlink(&["clipboard", "get"]);
-            if o.status.success() && String::from_utf8_lossy(&o.stdout) == text {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for clipboard get to return the guest text after {tries} tries; last run: {}\n\
-                 stdout: {}\nstderr: {}",
-                o.status,
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-            if tries % 20 == 0 {
-                let _ = xclip.kill();
-                let _ = xclip.wait();
-                xclip = own();
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            ["paste.txt"],
+            "only the pasted file, no temp sibling"
+        );
         let _ = xclip.kill();
         let _ = xclip.wait();
     }
