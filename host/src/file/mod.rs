@@ -142,42 +142,79 @@ fn local<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) 
     }
 }
 
-/// The hidden temp sibling a host file is written under before it is renamed over `dest`
-/// (`.NAME.guestlink-XXXXXXXX.part` in the same directory, so the rename stays on one filesystem).
-fn host_temp_sibling(dest: &Path) -> PathBuf {
-    let dir = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| Path::new("."));
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dir.join(format!(
-        ".{name}.guestlink-{:08x}.part",
-        rand::random::<u32>()
-    ))
+/// A host file being written under a hidden temp sibling of its destination (`.NAME.guestlink-XXXXXXXX.part`
+/// in the same directory, so the rename stays on one filesystem). [`HostPart::commit`] syncs it and renames it
+/// over the destination; dropped before that, the temp is removed: never a partial file under the final name.
+struct HostPart {
+    file: File,
+    tmp: PathBuf,
+    committed: bool,
 }
 
-/// Writes `data` to the host file `dest` as a pull does: into a new temp sibling, synced, then renamed over
-/// `dest`. On any failure the temp is removed and `dest` is left as it was: never a partial file under its name.
-pub fn write_host_file(dest: &Path, data: &[u8]) -> Result<()> {
-    let tmp = host_temp_sibling(dest);
-    let written = (|| {
-        let mut f = File::options()
+impl HostPart {
+    /// Creates the temp sibling of `dest` (a new file, never an existing one).
+    fn create(dest: &Path) -> Result<Self> {
+        let dir = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| Path::new("."));
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dir.join(format!(
+            ".{name}.guestlink-{:08x}.part",
+            rand::random::<u32>()
+        ));
+        let file = File::options()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(local("cannot create", &tmp))?;
-        f.write_all(data)
-            .and_then(|()| f.sync_all())
-            .map_err(local("cannot write", &tmp))?;
-        std::fs::rename(&tmp, dest).map_err(local("cannot rename into", dest))
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        Ok(Self {
+            file,
+            tmp,
+            committed: false,
+        })
     }
-    written
+
+    /// Appends `data`.
+    fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all(data)
+            .map_err(local("cannot write", &self.tmp))
+    }
+
+    /// Where the bytes are until the commit (to read them back).
+    fn path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Syncs the file and renames it over `dest`.
+    fn commit(mut self, dest: &Path) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(local("cannot write", &self.tmp))?;
+        std::fs::rename(&self.tmp, dest).map_err(local("cannot rename into", dest))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for HostPart {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Writes `data` to the host file `dest` as a pull does ([`HostPart`]): on any failure `dest` is left as it was
+/// and no temp file remains.
+pub fn write_host_file(dest: &Path, data: &[u8]) -> Result<()> {
+    let mut part = HostPart::create(dest)?;
+    part.write(data)?;
+    part.commit(dest)
 }
 
 /// A guest file handle that is closed on drop of the guard's scope via [`GuestFile::close`].

@@ -1,14 +1,14 @@
-//! `pull`: a guest file to the host, into a temp sibling renamed over the destination once its hash matches.
+//! `pull`: a guest file to the host, into a temp sibling ([`HostPart`]) renamed over the destination once its hash
+//! matches.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
 use super::{
-    guest_sha256, hex, host_temp_sibling, local, split_guest_path, GuestFile, Placement, Progress,
+    guest_sha256, hex, local, split_guest_path, GuestFile, HostPart, Placement, Progress,
     TransferReport, Tuning, Verification,
 };
 use crate::error::{Error, Result};
@@ -29,12 +29,7 @@ pub fn pull(
     } else {
         host.to_owned()
     };
-    let tmp = host_temp_sibling(&dest);
-    let mut out = File::options()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(local("cannot create", &tmp))?;
+    let mut out = HostPart::create(&dest)?;
     let result = (|| -> Result<(u64, String, Verification)> {
         let f = GuestFile::open(session, guest, "rb")?;
         let body = (|| -> Result<(u64, String)> {
@@ -43,7 +38,7 @@ pub fn pull(
             let mut hasher = Sha256::new();
             let mut total = 0u64;
             f.read_all(session, tuning, size, &mut |data| {
-                out.write_all(data).map_err(local("cannot write", &tmp))?;
+                out.write(data)?;
                 hasher.update(data);
                 total += data.len() as u64;
                 progress.advance(data.len() as u64);
@@ -57,14 +52,14 @@ pub fn pull(
         let closed = f.close(session);
         let (total, sent) = body?;
         closed?;
-        out.sync_all().map_err(local("cannot write", &tmp))?;
         progress.message("verifying");
         let (actual, how) = if session.supports("guestlink-file-sha256")? {
             guest_sha256(session, guest, tuning)?
         } else {
             let mut h = Sha256::new();
-            let mut f = File::open(&tmp).map_err(local("cannot read", &tmp))?;
-            std::io::copy(&mut f, &mut h).map_err(local("cannot read", &tmp))?;
+            let tmp = out.path();
+            let mut f = File::open(tmp).map_err(local("cannot read", tmp))?;
+            std::io::copy(&mut f, &mut h).map_err(local("cannot read", tmp))?;
             (hex(h.finalize()), Verification::Reread)
         };
         if actual != sent {
@@ -77,18 +72,9 @@ pub fn pull(
         Ok((total, sent, how))
     })();
     progress.finish();
-    drop(out);
-    let (bytes, sha256, verified) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    if let Err(e) = std::fs::rename(&tmp, &dest) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(local("cannot rename into", &dest)(e));
-    }
+    // A failure drops `out`, which removes the temp file.
+    let (bytes, sha256, verified) = result?;
+    out.commit(&dest)?;
     Ok(TransferReport {
         source: guest.to_owned(),
         destination: dest.display().to_string(),

@@ -298,15 +298,13 @@ impl SpiceEnv {
                 if tries == 200 {
                     on_slow();
                 }
-                let o = if to_file {
-                    self.guestlink(&["clipboard", "get", "-o", out.to_str().unwrap()])
+                let (o, got) = if to_file {
+                    let o = self.guestlink(&["clipboard", "get", "-o", out.to_str().unwrap()]);
+                    (o, std::fs::read_to_string(&out).unwrap_or_default())
                 } else {
-                    self.guestlink(&["clipboard", "get"])
-                };
-                let got = if to_file {
-                    std::fs::read_to_string(&out).unwrap_or_default()
-                } else {
-                    String::from_utf8_lossy(&o.stdout).into_owned()
+                    let o = self.guestlink(&["clipboard", "get"]);
+                    let got = String::from_utf8_lossy(&o.stdout).into_owned();
+                    (o, got)
                 };
                 if o.status.success() && got == text {
                     break;
