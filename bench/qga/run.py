@@ -19,13 +19,17 @@ Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous 
           /proc/PID/task/*/sched around the 2000 timed pings; the row is left out on a kernel without it);
 * idle  — the agent started the same way, no client ever connects; VmRSS 10 s after the start (and the
           smaps_rollup split: anonymous vs file-backed);
+* null  — a third agent in the ping phases only: `null_qga.rs` (built with `rustc -O`), one blocking thread that
+          answers guest-ping and guest-sync-delimited with one read(2) and one write(2) each. Its RTT is the floor
+          any agent reaches on this machine (the kernel's wake-ups and this client), so its ratio to qemu-ga says
+          how low the guestlinkd/qemu-ga ratio can go at all;
 * agent peak RSS (VmHWM from /proc/PID/status, fresh agent per phase so it is the phase's peak) and agent CPU
   seconds (utime+stime from /proc/PID/stat) per phase.
 
 Each phase runs --reps times per agent (agents interleaved) and medians are reported. Python stdlib only:
 
     cargo build --release -p guest-daemon
-    .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd] [--idle-secs 10]
+    .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd,null] [--idle-secs 10]
         [--phases ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
 
 `GUESTLINKD=/path` overrides the binary (default: target/release/guestlinkd, built when missing or stale).
@@ -72,6 +76,14 @@ def guestlinkd_path():
                    cwd=WORKSPACE, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR", WORKSPACE / "target"))
     return str(target / "release" / "guestlinkd")
+
+
+def null_qga_path(workdir):
+    """Builds the null agent (std only) into `workdir`."""
+    out = os.path.join(workdir, "null-qga")
+    subprocess.run(["rustc", "--edition", "2021", "-O", str(WORKSPACE / "bench/qga/null_qga.rs"), "-o", out],
+                   check=True)
+    return out
 
 
 def pin_self(cpu):
@@ -297,7 +309,8 @@ def run_phase(kind, binary, name, fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--agents", default="qemu-ga,guestlinkd")
+    ap.add_argument("--agents", default="qemu-ga,guestlinkd,null",
+                    help="comma-separated, qemu-ga first for the ratio columns; null runs the ping phases only")
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--idle-secs", type=float, default=10.0, help="idle phase: read VmRSS this long after start")
     ap.add_argument("--smaps", action="store_true", help="idle phase: also print Rss per mapping (/proc/PID/smaps)")
@@ -306,9 +319,12 @@ def main():
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         sys.exit("the pinned phase needs CPUs 0 and 1")
     kinds = args.agents.split(",")
-    binaries = {k: qemu_ga_path() if k == "qemu-ga" else guestlinkd_path() for k in kinds}
-
+    if set(kinds) - {"qemu-ga", "guestlinkd", "null"}:
+        sys.exit(f"unknown agents: {sorted(set(kinds) - {'qemu-ga', 'guestlinkd', 'null'})}")
     tmp = tempfile.mkdtemp(prefix="guestlink-bench-data-")
+    builders = {"qemu-ga": qemu_ga_path, "guestlinkd": guestlinkd_path, "null": lambda: null_qga_path(tmp)}
+    binaries = {k: builders[k]() for k in kinds}
+
     path = os.path.join(tmp, "random-64M")
     with open(path, "wb") as f:
         f.write(os.urandom(FILE_SIZE))
@@ -328,6 +344,8 @@ def main():
         for rep in range(args.reps):
             for pname, fn in phases:
                 for kind in kinds:
+                    if kind == "null" and not pname.startswith("ping"):
+                        continue
                     if pname == "idle":
                         res = phase_idle(kind, binaries[kind], args.idle_secs, args.smaps)
                     else:
@@ -371,21 +389,27 @@ def main():
 
     print(f"\nQGA benchmark — {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
           f"{args.reps} reps (medians), agents: " + ", ".join(f"{k}={binaries[k]}" for k in kinds))
-    header = "| metric | " + " | ".join(kinds) + (" | ratio guestlinkd/qemu-ga | target |" if len(kinds) == 2 else " |")
+    # Ratio columns: every other agent against the first (qemu-ga); the target's verdict is guestlinkd's.
+    base, others = kinds[0], kinds[1:]
+    header = "| metric | " + " | ".join(kinds) + "".join(f" | {k}/{base}" for k in others) + " | target |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for title, phase, key, target, check in rows:
-        if not raw[kinds[0]].get(phase) or any(key not in r for k in kinds for r in raw[k][phase]):
+        if not raw[base].get(phase) or any(key not in r for r in raw[base][phase]):
             continue
-        vals = [med(k, phase, key) for k in kinds]
+        have = {k for k in kinds if raw[k][phase] and all(key in r for r in raw[k][phase])}
+        vals = {k: med(k, phase, key) for k in have}
         fmt = "{:,.2f}" if key == "cpu_s" else "{:,.1f}"
-        cells = [fmt.format(v) if isinstance(v, float) else f"{v:,}" for v in vals]
+        cells = [(fmt.format(vals[k]) if isinstance(vals[k], float) else f"{vals[k]:,}") if k in have else "—"
+                 for k in kinds]
         line = f"| {title} | " + " | ".join(cells)
-        if len(kinds) == 2:
-            ratio = vals[1] / vals[0] if vals[0] else float("nan")
-            verdict = "" if check is None else (" ✅" if check(ratio) else " ❌")
-            line += f" | {ratio:.2f}× | {target}{verdict}"
-        print(line + " |")
+        verdict = ""
+        for k in others:
+            ratio = vals[k] / vals[base] if k in have and vals[base] else None
+            line += " | —" if ratio is None else f" | {ratio:.2f}×"
+            if k == "guestlinkd" and check is not None and ratio is not None:
+                verdict = " ✅" if check(ratio) else " ❌"
+        print(line + f" | {target}{verdict} |")
     exits = {k: sorted({str(r['exit']) for p in raw[k].values() for r in p}) for k in kinds}
     print(f"\nexit statuses after SIGTERM: {exits}")
     if args.json:
