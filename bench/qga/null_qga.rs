@@ -15,7 +15,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let Some(path) = args.iter().position(|a| a == "-p").and_then(|i| args.get(i + 1)) else {
+    let Some(path) = args
+        .iter()
+        .position(|a| a == "-p")
+        .and_then(|i| args.get(i + 1))
+    else {
         eprintln!("usage: null-qga -p SOCKET_PATH");
         std::process::exit(2);
     };
@@ -33,7 +37,9 @@ fn main() {
 }
 
 fn serve(stream: UnixStream) {
-    let Ok(mut out) = stream.try_clone() else { return };
+    let Ok(mut out) = stream.try_clone() else {
+        return;
+    };
     let mut input = BufReader::with_capacity(64 * 1024, stream);
     let mut line = Vec::new();
     loop {
