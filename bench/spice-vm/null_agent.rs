@@ -146,7 +146,11 @@ impl<W: Write> Agent<W> {
                 }
                 Some((mtype, left)) => {
                     let n = left.min(data.len());
-                    let max = if mtype == XFER_DATA { DATA_HEAD } else { HEAD_MAX };
+                    let max = if mtype == XFER_DATA {
+                        DATA_HEAD
+                    } else {
+                        HEAD_MAX
+                    };
                     let keep = max.saturating_sub(self.head.len()).min(n);
                     self.head.extend_from_slice(&data[..keep]);
                     if mtype == XFER_DATA && self.head.len() == DATA_HEAD && keep < n {
