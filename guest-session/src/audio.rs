@@ -156,8 +156,19 @@ pub fn pa_volume(v: u16) -> u32 {
     ((u64::from(v) * 65536 + 32767) / 65535) as u32
 }
 
-/// The `pactl` argument lists for `v`: mute, then volume (per channel, or one value when the channels agree).
-pub fn pactl_args(v: &VolumeSync) -> (Vec<String>, Vec<String>) {
+/// The device's channel count from `pactl get-sink-volume`/`get-source-volume` output (C locale): its "Volume:"
+/// line has one "N%" per channel. `None` when there is no such line.
+pub fn pactl_channels(out: &str) -> Option<usize> {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Volume:"))?;
+    Some(line.matches('%').count()).filter(|&n| n > 0)
+}
+
+/// The `pactl` argument lists for `v` on a device of `channels` channels (`None`: not known): mute, then volume,
+/// one value for all when the channels agree or their count is not the device's (then the loudest), else one
+/// per channel.
+pub fn pactl_args(v: &VolumeSync, channels: Option<usize>) -> (Vec<String>, Vec<String>) {
     let (mute_cmd, vol_cmd, dev) = if v.playback {
         ("set-sink-mute", "set-sink-volume", "@DEFAULT_SINK@")
     } else {
@@ -170,25 +181,43 @@ pub fn pactl_args(v: &VolumeSync) -> (Vec<String>, Vec<String>) {
     ];
     let mut vol = vec![vol_cmd.to_owned(), dev.to_owned()];
     let first = v.volumes.first().copied().unwrap_or(0);
-    if v.volumes.iter().all(|&x| x == first) {
-        vol.push(pa_volume(first).to_string());
+    let agree = v.volumes.iter().all(|&x| x == first);
+    if agree || channels.is_some_and(|n| n != v.volumes.len()) {
+        let loudest = v.volumes.iter().copied().max().unwrap_or(0);
+        vol.push(pa_volume(loudest).to_string());
     } else {
         vol.extend(v.volumes.iter().map(|&x| pa_volume(x).to_string()));
     }
     (mute, vol)
 }
 
+/// Sets `v` through `pactl`. The device's channel count is asked first: given a count that is not the device's,
+/// `pactl` (16.1) logs the mismatch but still sends a request, and its exit status is then 1 or 0 depending on
+/// which reply it handles first, so that failure cannot be relied on to pick the one-value form.
 fn pactl(v: &VolumeSync) -> Result<(), String> {
     if v.volumes.is_empty() {
         return Err("no channels".into());
     }
-    let (mute, mut vol) = pactl_args(v);
+    let get = if v.playback {
+        ["get-sink-volume", "@DEFAULT_SINK@"]
+    } else {
+        ["get-source-volume", "@DEFAULT_SOURCE@"]
+    }
+    .map(str::to_owned);
+    let channels = match run_command("pactl", &get) {
+        Ok(out) => pactl_channels(&out),
+        Err(e) => {
+            tracing::debug!("channel count not known ({e}); trying per channel");
+            None
+        }
+    };
+    let (mute, mut vol) = pactl_args(v, channels);
     run_command("pactl", &mute)?;
     if let Err(e) = run_command("pactl", &vol) {
         if vol.len() <= 3 {
             return Err(e);
         }
-        // Channel count differs from the device's: one value for all.
+        // Count not known, and refused: one value for all.
         let loudest = v.volumes.iter().copied().max().unwrap_or(0);
         vol.truncate(2);
         vol.push(pa_volume(loudest).to_string());
@@ -226,27 +255,35 @@ fn amixer(v: &VolumeSync) -> Result<(), String> {
             v.volumes.len()
         )
     })?;
-    run_command("amixer", &args)
+    run_command("amixer", &args).map(drop)
 }
 
-/// Runs `program args`, at most [`COMMAND_LIMIT`]; its stderr becomes the error text.
-fn run_command(program: &str, args: &[String]) -> Result<(), String> {
+/// Runs `program args` in the C locale, at most [`COMMAND_LIMIT`]; returns its stdout (the first 4 KiB: these
+/// commands print a line or two), and its stderr becomes the error text.
+fn run_command(program: &str, args: &[String]) -> Result<String, String> {
+    use std::io::Read;
     let mut child = Command::new(program)
         .args(args)
+        .env("LC_ALL", "C")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{program}: {e}"))?;
     let deadline = Instant::now() + COMMAND_LIMIT;
     loop {
         match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) if status.success() => {
+                let mut out = String::new();
+                if let Some(s) = child.stdout.take() {
+                    let _ = s.take(4096).read_to_string(&mut out);
+                }
+                return Ok(out);
+            }
             Ok(Some(status)) => {
                 let mut err = String::new();
-                if let Some(mut s) = child.stderr.take() {
-                    use std::io::Read;
-                    let _ = s.by_ref().take(4096).read_to_string(&mut err);
+                if let Some(s) = child.stderr.take() {
+                    let _ = s.take(4096).read_to_string(&mut err);
                 }
                 return Err(format!(
                     "{program} {}: {status}: {}",
@@ -282,12 +319,52 @@ mod tests {
         assert_eq!(pa_volume(0), 0);
         assert_eq!(pa_volume(65535), 65536);
         assert_eq!(pa_volume(32768), 32769);
-        let (mute, vol) = pactl_args(&vs(true, true, &[65535, 65535]));
+        let (mute, vol) = pactl_args(&vs(true, true, &[65535, 65535]), Some(2));
         assert_eq!(mute, ["set-sink-mute", "@DEFAULT_SINK@", "1"]);
         assert_eq!(vol, ["set-sink-volume", "@DEFAULT_SINK@", "65536"]);
-        let (mute, vol) = pactl_args(&vs(false, false, &[0, 65535]));
+        let (mute, vol) = pactl_args(&vs(false, false, &[0, 65535]), Some(2));
         assert_eq!(mute, ["set-source-mute", "@DEFAULT_SOURCE@", "0"]);
         assert_eq!(vol, ["set-source-volume", "@DEFAULT_SOURCE@", "0", "65536"]);
+    }
+
+    #[test]
+    fn a_channel_count_not_the_devices_gets_the_loudest_for_all() {
+        let three = vs(false, false, &[1000, 3000, 2000]);
+        let (_, vol) = pactl_args(&three, Some(2));
+        assert_eq!(vol, ["set-source-volume", "@DEFAULT_SOURCE@", "3000"]);
+        let (_, vol) = pactl_args(&vs(true, false, &[65535, 0]), Some(1));
+        assert_eq!(vol, ["set-sink-volume", "@DEFAULT_SINK@", "65536"]);
+        // Count not known: per channel (pactl() falls back to one value when it is refused).
+        let (_, vol) = pactl_args(&three, None);
+        assert_eq!(
+            vol,
+            [
+                "set-source-volume",
+                "@DEFAULT_SOURCE@",
+                "1000",
+                "3000",
+                "2000"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_devices_channels_are_read_from_pactl_output() {
+        let stereo = "Volume: front-left: 49152 /  75% / -7.50 dB,   front-right: 49152 /  75% / -7.50 dB\n        balance 0.00\n";
+        assert_eq!(pactl_channels(stereo), Some(2));
+        assert_eq!(
+            pactl_channels("Volume: mono: 65536 / 100% / 0.00 dB\n"),
+            Some(1)
+        );
+        let surround =
+            "Volume: front-left: 1 /   0%,   front-right: 1 /   0%,   rear-left: 1 /   0%,   \
+                        rear-right: 1 /   0%,   front-center: 1 /   0%,   lfe: 1 /   0%\n";
+        assert_eq!(pactl_channels(surround), Some(6));
+        assert_eq!(pactl_channels(""), None);
+        assert_eq!(
+            pactl_channels("Connection failure: Connection refused\n"),
+            None
+        );
     }
 
     #[test]
