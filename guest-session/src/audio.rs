@@ -183,12 +183,16 @@ pub fn pactl_args(v: &VolumeSync, channels: Option<usize>) -> (Vec<String>, Vec<
     let first = v.volumes.first().copied().unwrap_or(0);
     let agree = v.volumes.iter().all(|&x| x == first);
     if agree || channels.is_some_and(|n| n != v.volumes.len()) {
-        let loudest = v.volumes.iter().copied().max().unwrap_or(0);
-        vol.push(pa_volume(loudest).to_string());
+        vol.push(loudest(v));
     } else {
         vol.extend(v.volumes.iter().map(|&x| pa_volume(x).to_string()));
     }
     (mute, vol)
+}
+
+/// The PA volume of `v`'s loudest channel, as a `pactl` argument.
+fn loudest(v: &VolumeSync) -> String {
+    pa_volume(v.volumes.iter().copied().max().unwrap_or(0)).to_string()
 }
 
 /// Sets `v` through `pactl`. The device's channel count is asked first: given a count that is not the device's,
@@ -218,9 +222,8 @@ fn pactl(v: &VolumeSync) -> Result<(), String> {
             return Err(e);
         }
         // Count not known, and refused: one value for all.
-        let loudest = v.volumes.iter().copied().max().unwrap_or(0);
         vol.truncate(2);
-        vol.push(pa_volume(loudest).to_string());
+        vol.push(loudest(v));
         tracing::debug!("per-channel volume refused ({e}); setting one value");
         run_command("pactl", &vol)?;
     }
