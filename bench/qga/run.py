@@ -23,6 +23,11 @@ Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous 
           answers guest-ping and guest-sync-delimited with one read(2) and one write(2) each. Its RTT is the floor
           any agent reaches on this machine (the kernel's wake-ups and this client), so its ratio to qemu-ga says
           how low the guestlinkd/qemu-ga ratio can go at all;
+* footprint — not a run of the agents: the server package's Installed-Size plus what its dependencies add to a
+          Debian minbase, against qemu-guest-agent's (`footprint.py` beside this script). The package is --deb
+          (default: the newest target/debian/guestlinkd_*_amd64.deb, from packaging/build-debs); unless GUESTLINKD
+          is set, every other phase then runs the guestlinkd of that package, so one run measures what a server
+          guest installs;
 * agent peak RSS (VmHWM from /proc/PID/status, fresh agent per phase so it is the phase's peak) and agent CPU
   seconds (utime+stime from /proc/PID/stat) per phase.
 
@@ -30,9 +35,11 @@ Each phase runs --reps times per agent (agents interleaved) and medians are repo
 
     cargo build --release -p guest-daemon
     .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd,null] [--idle-secs 10]
-        [--phases ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle] [--smaps]
+        [--phases ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle,footprint]
+        [--smaps] [--deb target/debian/guestlinkd_<v>_amd64.deb]
 
-`GUESTLINKD=/path` overrides the binary (default: target/release/guestlinkd, built when missing or stale).
+`GUESTLINKD=/path` overrides the binary (default: the package's with the footprint phase, otherwise
+target/release/guestlinkd, built when missing or stale).
 """
 
 import argparse
@@ -51,6 +58,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import footprint
 
 WORKSPACE = Path(__file__).resolve().parents[2]
 # The suite's one block list (tests/qemu-ga-blocked-rpcs.txt): one name per line, '#' comments.
@@ -76,6 +85,23 @@ def guestlinkd_path():
                    cwd=WORKSPACE, check=True)
     target = Path(os.environ.get("CARGO_TARGET_DIR", WORKSPACE / "target"))
     return str(target / "release" / "guestlinkd")
+
+
+def server_deb(given):
+    """The server package for the footprint phase: `given`, or the newest one packaging/build-debs made."""
+    if given:
+        return given
+    debs = sorted((WORKSPACE / "target/debian").glob("guestlinkd_*_amd64.deb"), key=lambda p: p.stat().st_mtime)
+    if not debs:
+        sys.exit("the footprint phase needs the server package: run packaging/build-debs (or pass --deb)")
+    return str(debs[-1])
+
+
+def deb_guestlinkd(deb, workdir):
+    """Unpacks `deb` into `workdir` and returns the path of its guestlinkd."""
+    root = os.path.join(workdir, "deb")
+    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+    return os.path.join(root, "usr/sbin/guestlinkd")
 
 
 def null_qga_path(workdir):
@@ -314,33 +340,43 @@ def main():
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--idle-secs", type=float, default=10.0, help="idle phase: read VmRSS this long after start")
     ap.add_argument("--smaps", action="store_true", help="idle phase: also print Rss per mapping (/proc/PID/smaps)")
-    ap.add_argument("--phases", help="comma-separated subset of: ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle")
+    ap.add_argument("--phases", help="comma-separated subset of: ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,"
+                    "read-48M,read-48M-pinned,idle,footprint")
+    ap.add_argument("--deb", help="footprint phase: the server package (default: the newest in target/debian)")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         sys.exit("the pinned phase needs CPUs 0 and 1")
     kinds = args.agents.split(",")
     if set(kinds) - {"qemu-ga", "guestlinkd", "null"}:
         sys.exit(f"unknown agents: {sorted(set(kinds) - {'qemu-ga', 'guestlinkd', 'null'})}")
-    tmp = tempfile.mkdtemp(prefix="guestlink-bench-data-")
-    builders = {"qemu-ga": qemu_ga_path, "guestlinkd": guestlinkd_path, "null": lambda: null_qga_path(tmp)}
-    binaries = {k: builders[k]() for k in kinds}
-
-    path = os.path.join(tmp, "random-64M")
-    with open(path, "wb") as f:
-        f.write(os.urandom(FILE_SIZE))
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
+    # The read phases' file (`path`, `digest`) is made in the work dir below, before any phase runs.
     phases = [("ping", phase_ping), ("ping-same-cpu", phase_ping), ("ping-cross-cpu", phase_ping)] + [
         (f"read-{label}", (lambda c: lambda a: phase_read(a, path, c, digest))(count)) for label, count in COUNTS
     ] + [("read-48M-pinned", lambda a: phase_read(a, path, 48 << 20, digest)), ("idle", None)]
-    if args.phases:
-        wanted = args.phases.split(",")
-        unknown = set(wanted) - {p for p, _ in phases}
-        if unknown:
-            sys.exit(f"unknown phases: {sorted(unknown)}")
-        phases = [p for p in phases if p[0] in wanted]
-    raw = {k: {p: [] for p, _ in phases} for k in kinds}
+    names = [p for p, _ in phases] + ["footprint"]
+    wanted = args.phases.split(",") if args.phases else names
+    if set(wanted) - set(names):
+        sys.exit(f"unknown phases: {sorted(set(wanted) - set(names))}")
+    phases = [p for p in phases if p[0] in wanted]
+    deb = server_deb(args.deb) if "footprint" in wanted else None
+
+    tmp = tempfile.mkdtemp(prefix="guestlink-bench-data-")
     try:
+        builders = {"qemu-ga": qemu_ga_path, "null": lambda: null_qga_path(tmp),
+                    "guestlinkd": (lambda: deb_guestlinkd(deb, tmp)) if deb and not os.environ.get("GUESTLINKD")
+                    else guestlinkd_path}
+        binaries = {k: builders[k]() for k in kinds}
+        raw = {k: {p: [] for p, _ in phases} for k in kinds}
+        if deb:
+            ours, ref = footprint.measure(deb)
+            print(f"footprint: {footprint.describe(ours)}\nfootprint: {footprint.describe(ref)}", file=sys.stderr)
+            for kind, fp in (("guestlinkd", ours), ("qemu-ga", ref)):
+                if kind in raw:
+                    raw[kind]["footprint"] = [fp]
+        path = os.path.join(tmp, "random-64M")
+        with open(path, "wb") as f:
+            f.write(os.urandom(FILE_SIZE))
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         for rep in range(args.reps):
             for pname, fn in phases:
                 for kind in kinds:
@@ -359,6 +395,8 @@ def main():
         return statistics.median(r[key] for r in raw[kind][phase])
 
     rows = [
+        ("server package + what it adds to a Debian minbase (kB)", "footprint", "footprint_kb", "≤ 1×",
+         lambda r: r <= 1.0),
         ("guest-ping median RTT (µs)", "ping", "ping_median_us", "≤ 0.6×", lambda r: r <= 0.6),
         ("guest-ping p99 RTT (µs)", "ping", "ping_p99_us", "", None),
         ("idle VmHWM (kB)", "ping", "idle_hwm_kb", "", None),
@@ -388,7 +426,8 @@ def main():
     ]
 
     print(f"\nQGA benchmark — {platform.node()}, {os.cpu_count()} CPUs, kernel {platform.release()}, "
-          f"{args.reps} reps (medians), agents: " + ", ".join(f"{k}={binaries[k]}" for k in kinds))
+          f"{args.reps} reps (medians), agents: " + ", ".join(f"{k}={binaries[k]}" for k in kinds)
+          + (f"; server package: {deb}" if deb else ""))
     # Ratio columns: every other agent against the first (qemu-ga); the target's verdict is guestlinkd's.
     base, others = kinds[0], kinds[1:]
     header = "| metric | " + " | ".join(kinds) + "".join(f" | {k}/{base}" for k in others) + " | target |"
@@ -397,7 +436,7 @@ def main():
     for title, phase, key, target, check in rows:
         if not raw[base].get(phase) or any(key not in r for r in raw[base][phase]):
             continue
-        have = {k for k in kinds if raw[k][phase] and all(key in r for r in raw[k][phase])}
+        have = {k for k in kinds if raw[k].get(phase) and all(key in r for r in raw[k][phase])}
         vals = {k: med(k, phase, key) for k in have}
         fmt = "{:,.2f}" if key == "cpu_s" else "{:,.1f}"
         cells = [(fmt.format(vals[k]) if isinstance(vals[k], float) else f"{vals[k]:,}") if k in have else "—"
@@ -410,7 +449,7 @@ def main():
             if k == "guestlinkd" and check is not None and ratio is not None:
                 verdict = " ✅" if check(ratio) else " ❌"
         print(line + f" | {target}{verdict} |")
-    exits = {k: sorted({str(r['exit']) for p in raw[k].values() for r in p}) for k in kinds}
+    exits = {k: sorted({str(r['exit']) for p in raw[k].values() for r in p if 'exit' in r}) for k in kinds}
     print(f"\nexit statuses after SIGTERM: {exits}")
     if args.json:
         Path(args.json).write_text(json.dumps(raw, indent=1))
