@@ -33,13 +33,13 @@ Every phase starts a fresh agent (`-m unix-listen`, private statedir, dangerous 
 
 Each phase runs --reps times per agent (agents interleaved) and medians are reported. Python stdlib only:
 
-    cargo build --release -p guest-daemon
+    packaging/build-debs         # the server package: the footprint phase's, and the guestlinkd the others run
     .venv/bin/python bench/qga/run.py [--reps 3] [--json out.json] [--agents qemu-ga,guestlinkd,null] [--idle-secs 10]
         [--phases ping,ping-same-cpu,ping-cross-cpu,read-4K,read-1M,read-48M,read-48M-pinned,idle,footprint]
         [--smaps] [--deb target/debian/guestlinkd_<v>_amd64.deb]
 
 `GUESTLINKD=/path` overrides the binary (default: the package's with the footprint phase, otherwise
-target/release/guestlinkd, built when missing or stale).
+target/release/guestlinkd, built when missing or stale: `--phases` without footprint needs no package).
 """
 
 import argparse
