@@ -6,6 +6,7 @@
 //! | [`gate`] | whether a missing peer skips or fails (`GUESTLINK_REQUIRE_*`): the only skip logic |
 //! | [`qga_agent`], [`client`], [`shape`] | qemu-ga / guestlinkd started safely (block list), a QGA client, reply shapes |
 //! | [`bins`] | the workspace binaries under test |
+//! | [`dbus`] | a private dbus-daemon, ready when it listens |
 //! | [`vm`] | the QEMU micro-VM (`tests/vm/`) |
 //! | [`session`], [`x11`], [`wayland`] | guestlink-session against Xvfb/Xorg or a headless compositor |
 //! | [`spice`] | SPICE end-to-end: relay, host/agent peers, fake login1 |
@@ -16,6 +17,7 @@
 
 pub mod bins;
 pub mod client;
+pub mod dbus;
 pub mod gate;
 pub mod qga_agent;
 pub mod session;

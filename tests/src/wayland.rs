@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use guestlink_protocol::session::SessionMessage;
 use guestlink_protocol::vdagent::{ClipboardType, Selection};
 
+use crate::dbus::DbusDaemon;
 use crate::session::Connection;
 pub use common::session_binary;
 
@@ -450,6 +451,8 @@ pub fn terminate(child: &mut Child) {
 /// lacks it (containers), so a copy (cp drops the xattr) named `kwin_wayland` is run instead.
 pub struct Kwin {
     procs: Vec<Child>,
+    /// Dropped after `drop` has stopped `procs` (fields drop after the body).
+    _dbus: DbusDaemon,
     /// Runtime dir, home and the kwin copy.
     pub dir: tempfile::TempDir,
     /// Wayland clients of this compositor.
@@ -495,47 +498,36 @@ impl Kwin {
         let src = String::from_utf8_lossy(&src.stdout).trim().to_owned();
         std::fs::copy(&src, &kwin).expect("copying kwin_wayland");
         let bus = format!("unix:path={}", rt.join("bus").display());
-        let mut procs = vec![Command::new("dbus-daemon")
-            .args(["--session", "--nofork", "--address", &bus])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dbus-daemon")];
-        let deadline = Instant::now() + WAIT;
-        while !rt.join("bus").exists() {
-            assert!(Instant::now() < deadline, "dbus-daemon did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let dbus = DbusDaemon::start(&["--session", "--address", &bus]);
         let log = std::fs::File::create(dir.path().join("kwin.log")).expect("log");
-        procs.push(
-            Command::new(&kwin)
-                .args([
-                    "--virtual",
-                    "--width",
-                    "1280",
-                    "--height",
-                    "800",
-                    "--socket",
-                    "wayland-kw",
-                    "--no-lockscreen",
-                    "--no-global-shortcuts",
-                    "--no-kactivities",
-                    "--output-count",
-                    &outputs.to_string(),
-                ])
-                .env("XDG_RUNTIME_DIR", &rt)
-                .env("HOME", &home)
-                .env("DBUS_SESSION_BUS_ADDRESS", &bus)
-                .env("KWIN_COMPOSE", "Q")
-                .env_remove("WAYLAND_DISPLAY")
-                .env_remove("DISPLAY")
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("kwin_wayland"),
-        );
+        let procs = vec![Command::new(&kwin)
+            .args([
+                "--virtual",
+                "--width",
+                "1280",
+                "--height",
+                "800",
+                "--socket",
+                "wayland-kw",
+                "--no-lockscreen",
+                "--no-global-shortcuts",
+                "--no-kactivities",
+                "--output-count",
+                &outputs.to_string(),
+            ])
+            .env("XDG_RUNTIME_DIR", &rt)
+            .env("HOME", &home)
+            .env("DBUS_SESSION_BUS_ADDRESS", &bus)
+            .env("KWIN_COMPOSE", "Q")
+            .env_remove("WAYLAND_DISPLAY")
+            .env_remove("DISPLAY")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kwin_wayland")];
         let k = Kwin {
             procs,
+            _dbus: dbus,
             wl: Clients {
                 runtime: rt.clone(),
                 display: "wayland-kw".into(),

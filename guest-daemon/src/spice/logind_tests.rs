@@ -8,10 +8,10 @@
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use guestlink_tests::dbus::DbusDaemon;
 use guestlink_tests::gate::Gate as PeerGate;
 use tokio::sync::{oneshot, watch};
 use zbus::object_server::SignalEmitter;
@@ -23,15 +23,6 @@ use super::peer::{identify, AgentUid, Peer};
 
 /// Generous: the machine may be loaded; a signal normally arrives within milliseconds.
 const T: Duration = Duration::from_secs(30);
-
-struct Bus(Child);
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn path(p: &str) -> OwnedObjectPath {
     OwnedObjectPath::try_from(p).unwrap()
@@ -167,7 +158,7 @@ impl FakeSeat {
     }
 }
 
-fn start_bus(dir: &std::path::Path) -> Option<(Bus, String)> {
+fn start_bus(dir: &std::path::Path) -> Option<(DbusDaemon, String)> {
     if !guestlink_tests::gate::require_tools(
         PeerGate::Peers,
         &["/usr/bin/dbus-daemon"],
@@ -188,20 +179,9 @@ fn start_bus(dir: &std::path::Path) -> Option<(Bus, String)> {
         ),
     )
     .unwrap();
-    let child = Command::new("dbus-daemon")
-        .arg(format!("--config-file={}", conf.display()))
-        .arg("--nofork")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let bus = Bus(child);
-    let deadline = Instant::now() + T;
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "dbus-daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((bus, format!("unix:path={}", sock.display())))
+    let bus = DbusDaemon::start(&[&format!("--config-file={}", conf.display())]);
+    let addr = bus.address().to_owned();
+    Some((bus, addr))
 }
 
 /// A private bus with the fake login1 on it and a [`Logind`] client.
@@ -213,7 +193,7 @@ struct Fake {
     active: Arc<Mutex<String>>,
     pids: Arc<Mutex<HashMap<u32, String>>>,
     gate: Arc<Mutex<Option<Gate>>>,
-    _bus: Bus,
+    _bus: DbusDaemon,
     _dir: tempfile::TempDir,
 }
 

@@ -12,10 +12,11 @@
 #![allow(missing_docs)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+
+use crate::dbus::DbusDaemon;
 
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
@@ -107,24 +108,13 @@ impl Seat {
     }
 }
 
-/// The dbus-daemon process, killed on drop.
-#[derive(Debug)]
-struct BusDaemon(Child);
-
-impl Drop for BusDaemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The private bus and the fake login1 on it. Field order: the server connection and its runtime are dropped
 /// before the bus daemon is killed.
 #[derive(Debug)]
 pub struct FakeLogind {
     _server: zbus::Connection,
     _rt: tokio::runtime::Runtime,
-    _bus: BusDaemon,
+    _bus: DbusDaemon,
     /// The bus address, for `DBUS_SYSTEM_BUS_ADDRESS`.
     pub address: String,
     /// pid → session id, read at every GetSessionByPID.
@@ -147,20 +137,8 @@ impl FakeLogind {
             ),
         )
         .unwrap();
-        let mut bus = Command::new(crate::spice::which("dbus-daemon").expect("dbus-daemon"))
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--nofork", "--print-address"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start dbus-daemon");
-        let out = bus.stdout.take().unwrap();
-        let bus = BusDaemon(bus);
-        // The address is printed once the bus listens.
-        let mut line = String::new();
-        BufReader::new(out).read_line(&mut line).unwrap();
-        let address = line.trim().to_owned();
-        assert!(!address.is_empty(), "dbus-daemon printed no address");
+        let bus = DbusDaemon::start(&[&format!("--config-file={}", conf.display())]);
+        let address = bus.address().to_owned();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
