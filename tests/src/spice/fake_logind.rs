@@ -16,10 +16,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use crate::dbus::DbusDaemon;
-
 use zbus::object_server::SignalEmitter;
 use zbus::zvariant::OwnedObjectPath;
+
+use crate::dbus::DbusDaemon;
 
 /// One fake session: id, owner uid, `Type`, `Class`.
 #[derive(Debug, Clone, Copy)]
