@@ -49,6 +49,11 @@ def parse_deps(field):
     return groups
 
 
+def dependencies(control):
+    """A package's Pre-Depends and Depends groups (what installing it pulls in)."""
+    return parse_deps(control.get("Pre-Depends")) + parse_deps(control.get("Depends"))
+
+
 class Archive:
     """The packages apt knows, with their sizes, dependencies and what they provide."""
 
@@ -71,8 +76,7 @@ class Archive:
         return int(self.pkgs[name].get("Installed-Size", 0))
 
     def depends(self, name):
-        s = self.pkgs[name]
-        return parse_deps(s.get("Pre-Depends")) + parse_deps(s.get("Depends"))
+        return dependencies(self.pkgs[name])
 
     def _satisfied(self, alt, have):
         return alt in have or any(p in have for p in self.providers.get(alt, ()))
@@ -116,8 +120,7 @@ def deb_control(path):
 
 def footprint(archive, base, control):
     """`control`'s package on top of `base`: its own size, what it adds, and the total, all in kB."""
-    deps = parse_deps(control.get("Pre-Depends")) + parse_deps(control.get("Depends"))
-    added = archive.pull(deps, base | {control["Package"]})
+    added = archive.pull(dependencies(control), base | {control["Package"]})
     own = int(control.get("Installed-Size", 0))
     adds = {n: archive.size_kb(n) for n in added}
     return {"package": control["Package"], "version": control.get("Version", ""), "installed_kb": own,
